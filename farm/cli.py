@@ -1,0 +1,181 @@
+"""The `farm` command. Each subcommand parses its arguments and calls farm.api or farm.store."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from farm import api
+from farm.problems import CONV_FIELDS
+from farm.specs import SpecError, load_spec
+from farm.store import DatabaseError, NotFound, TimingFilter, describe, default_url, open_store
+from farm.store import db as dbmod
+
+app = typer.Typer(help="A benchmarking farm for GPU kernels.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+query_app = typer.Typer(help="Query historical results.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(query_app, name="query")
+out = Console()
+err = Console(stderr=True)
+
+
+@contextmanager
+def _errors():
+    """Turn the farm's expected failures into one clear line and an exit status."""
+    try:
+        yield
+    except SpecError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except (DatabaseError, NotFound) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+DbOption = Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL",
+                                                 help="Database URL (default: FARM_DB_URL, "
+                                                      "else a SQLite file in the user data dir)")]
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Apply the migrations to the database."""
+    with _errors():
+        engine = dbmod.make_engine(db)
+        dbmod.upgrade(engine)
+        out.print(f"{describe(str(engine.url))} is at revision {dbmod.current_revision(engine)}")
+
+
+@db_app.command("current")
+def db_current(db: DbOption = None) -> None:
+    """Show the database's revision and the code's."""
+    with _errors():
+        engine = dbmod.make_engine(db)
+        out.print(f"database {describe(str(engine.url))}: {dbmod.current_revision(engine)}, "
+                  f"code: {dbmod.head_revision(engine)}")
+
+
+@app.command()
+def submit(spec: Annotated[Path, typer.Argument(help="Sweep spec (YAML)")],
+           dry_run: Annotated[bool, typer.Option(help="Validate only, queue nothing")] = False,
+           db: DbOption = None) -> None:
+    """Validate a sweep spec and queue it as a job; prints the job id."""
+    with _errors():
+        resolved = load_spec(spec)
+        note = f" ({resolved.dropped} generated combinations dropped)" if resolved.dropped else ""
+        if dry_run:
+            out.print(f"{spec}: valid, {len(resolved.problems)} problems{note}")
+            return
+        job_id = api.queue(resolved, open_store(db))
+        err.print(f"queued job {job_id}: {resolved.spec.name}, {resolved.spec.operator} "
+                  f"{resolved.spec.dtype}, {len(resolved.problems)} problems{note}")
+        print(job_id)
+
+
+def _job_table(jobs) -> Table:
+    table = Table("id", "name", "operator", "dtype", "status", "prio", "problems", "pairs",
+                  "done", "failed", "cached", "created")
+    for job in jobs:
+        table.add_row(str(job.id), job.name, job.operator, job.dtype, job.status,
+                      str(job.priority), str(job.problems), str(job.total_pairs),
+                      str(job.done_pairs), str(job.failed_pairs), str(job.cached_pairs),
+                      job.created_at.strftime("%Y-%m-%d %H:%M"))
+    return table
+
+
+@app.command()
+def status(job: Annotated[Optional[int], typer.Argument(help="Job id (default: recent jobs)")] = None,
+           db: DbOption = None) -> None:
+    """Show one job or the most recent ones."""
+    with _errors():
+        jobs = api.status(job, open_store(db))
+        if not jobs:
+            out.print(f"no jobs in {describe(db or default_url())}: queue one with "
+                      "`farm submit SPEC`")
+            return
+        out.print(_job_table(jobs))
+        if job is not None and jobs[0].error:
+            out.print(f"error: {jobs[0].error}")
+
+
+@app.command()
+def cancel(job: Annotated[int, typer.Argument(help="Job id")], db: DbOption = None) -> None:
+    """Stop a job's remaining pairs (finished pairs stay recorded)."""
+    with _errors():
+        summary = api.cancel(job, open_store(db))
+        out.print(f"job {job} is {summary.status}")
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+def _shape_filter(items: list[str]) -> tuple[tuple[str, int], ...]:
+    pairs = []
+    for item in ",".join(items).split(","):
+        if not item.strip():
+            continue
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if name not in CONV_FIELDS or not value.strip().isdigit():
+            raise typer.BadParameter(f"{item!r}: expected FIELD=INT with FIELD one of "
+                                     f"{', '.join(CONV_FIELDS)}", param_hint="--shape")
+        pairs.append((name, int(value)))
+    return tuple(pairs)
+
+
+@query_app.command("timings")
+def query_timings(
+        op: Annotated[Optional[str], typer.Option("--op", help="Operator")] = None,
+        dtype: Annotated[Optional[str], typer.Option(help="bf16 | fp16 | fp32")] = None,
+        device: Annotated[Optional[str], typer.Option(help="GPU name part or architecture")] = None,
+        family: Annotated[Optional[str], typer.Option(help="Kernel family")] = None,
+        kernel: Annotated[Optional[str], typer.Option(help="Kernel instance name")] = None,
+        status: Annotated[str, typer.Option(help="Measurement status, or 'any'")] = "ok",
+        job: Annotated[Optional[int], typer.Option(help="Job id")] = None,
+        shape: Annotated[list[str], typer.Option(help="FIELD=INT, repeatable or "
+                                                       "comma-separated (N=32,G=32)")] = [],
+        replay: Annotated[bool, typer.Option(help="Include replayed rows")] = True,
+        limit: Annotated[Optional[int], typer.Option(help="At most this many rows")] = None,
+        format: Annotated[Format, typer.Option(help="Output format")] = Format.table,
+        output: Annotated[Optional[Path], typer.Option(help="Write to this file")] = None,
+        db: DbOption = None) -> None:
+    """Historical timings with typed filters."""
+    where = TimingFilter(operator=op, dtype=dtype, device=device, family=family, kernel=kernel,
+                         status=None if status == "any" else status, job_id=job,
+                         shape=_shape_filter(shape), include_replay=replay, limit=limit)
+    with _errors():
+        frame = api.timings(where, open_store(db))
+    if format is Format.parquet and output is None:
+        raise typer.BadParameter("parquet needs --output FILE", param_hint="--format")
+    if format is Format.table:
+        text = frame.to_string(index=False) if len(frame) else "no timings match"
+    elif format is Format.csv:
+        text = frame.to_csv(index=False)
+    elif format is Format.json:
+        text = frame.to_json(orient="records", date_format="iso", indent=1)
+    else:
+        frame.to_parquet(output, index=False)
+        err.print(f"wrote {len(frame)} rows to {output}")
+        return
+    if output:
+        output.write_text(text)
+        err.print(f"wrote {len(frame)} rows to {output}")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,177 @@
+"""Problem records: one shape of one operator, validated, with its derived sizes.
+
+Convolutions are grouped and channels-last: input NHWGC, weight GKYXC, output NHWGK.
+C and K count all channels (every group); each group sees C/G inputs and K/G outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+CONV_OPERATORS = ("conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight")
+OPERATORS = CONV_OPERATORS
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+CONV_FIELDS = ("N", "C", "K", "G", "H", "W", "R", "S",
+               "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w")
+CONV_DEFAULTS = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
+MAX_TENSOR_ELEMENTS = 2**31 - 1  # kernels index with 32-bit integers
+
+
+class ProblemError(ValueError):
+    """A shape that no kernel can run: the message names the field and the rule."""
+
+
+def _as_int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ProblemError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int):
+        raise ProblemError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """A 2D grouped convolution, channels-last, in one direction."""
+
+    op: str
+    N: int
+    C: int
+    K: int
+    G: int
+    H: int
+    W: int
+    R: int
+    S: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+    dtype: str = "bf16"
+    layout: str = "NHWGC"
+
+    FIELDS: ClassVar[tuple[str, ...]] = CONV_FIELDS
+
+    def __post_init__(self) -> None:
+        if self.op not in CONV_OPERATORS:
+            raise ProblemError(f"unknown operator {self.op!r}; known: {', '.join(CONV_OPERATORS)}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ProblemError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+        if self.layout != "NHWGC":
+            raise ProblemError(f"unknown layout {self.layout!r}; convolutions are NHWGC")
+        for name in CONV_FIELDS:
+            value = _as_int(name, getattr(self, name))
+            object.__setattr__(self, name, value)
+            low = 0 if name.startswith("pad") else 1
+            if value < low:
+                raise ProblemError(f"{name}={value} must be at least {low}")
+        if self.C % self.G:
+            raise ProblemError(f"C={self.C} is not divisible by G={self.G}")
+        if self.K % self.G:
+            raise ProblemError(f"K={self.K} is not divisible by G={self.G}")
+        if self.P < 1 or self.Q < 1:
+            raise ProblemError(
+                f"output size {self.P}x{self.Q} is empty: input {self.H}x{self.W}, filter "
+                f"{self.R}x{self.S}, dilation {self.dil_h}x{self.dil_w}, "
+                f"padding {self.pad_h}x{self.pad_w}, stride {self.stride_h}x{self.stride_w}")
+        for tensor, count in self.tensor_elements().items():
+            if count > MAX_TENSOR_ELEMENTS:
+                raise ProblemError(f"{tensor} tensor has {count} elements, over the 2^31-1 limit")
+
+    @classmethod
+    def from_fields(cls, op: str, dtype: str, fields: Mapping[str, Any]) -> ConvProblem:
+        """Build from a mapping of shape fields (extra keys ignored, optional ones defaulted)."""
+        missing = [f for f in CONV_FIELDS if f not in fields and f not in CONV_DEFAULTS]
+        if missing:
+            raise ProblemError(f"missing field(s) {', '.join(missing)}")
+        values = {f: fields.get(f, CONV_DEFAULTS.get(f)) for f in CONV_FIELDS}
+        for name, value in values.items():
+            if value is None or (isinstance(value, str) and not value.strip()):
+                values[name] = CONV_DEFAULTS.get(name)
+                if values[name] is None:
+                    raise ProblemError(f"{name} is empty")
+        return cls(op=op, dtype=dtype, **values)
+
+    # Derived sizes -------------------------------------------------------------------------
+    @property
+    def P(self) -> int:
+        return (self.H + 2 * self.pad_h - self.dil_h * (self.R - 1) - 1) // self.stride_h + 1
+
+    @property
+    def Q(self) -> int:
+        return (self.W + 2 * self.pad_w - self.dil_w * (self.S - 1) - 1) // self.stride_w + 1
+
+    @property
+    def c_per_group(self) -> int:
+        return self.C // self.G
+
+    @property
+    def k_per_group(self) -> int:
+        return self.K // self.G
+
+    def tensor_elements(self) -> dict[str, int]:
+        return {"input": self.N * self.H * self.W * self.C,
+                "weight": self.K * self.c_per_group * self.R * self.S,
+                "output": self.N * self.P * self.Q * self.K}
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds times two; the same count in every direction."""
+        return 2 * self.N * self.P * self.Q * self.K * self.c_per_group * self.R * self.S
+
+    @property
+    def min_bytes(self) -> int:
+        """Each of the three tensors touched once: two read, one written, in every direction."""
+        return DTYPE_BYTES[self.dtype] * sum(self.tensor_elements().values())
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """The per-group implicit-GEMM view (M, N, K) of this direction."""
+        crs = self.c_per_group * self.R * self.S
+        npq = self.N * self.P * self.Q
+        if self.op == "conv2d_fwd":
+            return npq, self.k_per_group, crs
+        if self.op == "conv2d_bwd_data":
+            return self.N * self.H * self.W, self.c_per_group, self.k_per_group * self.R * self.S
+        return self.k_per_group, crs, npq
+
+    # Identity ------------------------------------------------------------------------------
+    def shape(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in CONV_FIELDS}
+
+    def record(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def key(self) -> str:
+        """A hash of every field: two problems share it only if they are the same problem."""
+        text = json.dumps(self.record(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def label(self) -> str:
+        s = self
+        text = (f"N{s.N} C{s.C} K{s.K} G{s.G} {s.H}x{s.W} {s.R}x{s.S}")
+        if (s.stride_h, s.stride_w) != (1, 1):
+            text += f" s{s.stride_h}x{s.stride_w}"
+        if (s.pad_h, s.pad_w) != (0, 0):
+            text += f" p{s.pad_h}x{s.pad_w}"
+        if (s.dil_h, s.dil_w) != (1, 1):
+            text += f" d{s.dil_h}x{s.dil_w}"
+        return text
+
+
+def problem_from_fields(op: str, dtype: str, fields: Mapping[str, Any]) -> ConvProblem:
+    """The problem record of any operator (one problem class per operator family)."""
+    if op in CONV_OPERATORS:
+        return ConvProblem.from_fields(op, dtype, fields)
+    raise ProblemError(f"unknown operator {op!r}; known: {', '.join(OPERATORS)}")

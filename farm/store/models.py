@@ -1,0 +1,202 @@
+"""The database schema as SQLAlchemy 2 models. Migrations in migrations/ must match it exactly."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer,
+                        LargeBinary, MetaData, String, Text, UniqueConstraint)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+NAMING = {"ix": "ix_%(table_name)s_%(column_0_N_name)s",
+          "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+          "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+          "pk": "pk_%(table_name)s"}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType}
+
+
+class Environment(Base):
+    """Where a measurement was taken: the GPU, its software, and the farm's version."""
+
+    __tablename__ = "environments"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    gpu_name: Mapped[str] = mapped_column(String(128))
+    arch: Mapped[str] = mapped_column(String(32), index=True)
+    sm_count: Mapped[int] = mapped_column(Integer)
+    driver: Mapped[str] = mapped_column(String(64))
+    compiler: Mapped[str] = mapped_column(String(64))
+    runtime: Mapped[str] = mapped_column(String(64))
+    farm_version: Mapped[str] = mapped_column(String(32))
+    replay_of: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Kernel(Base):
+    """One instance of a kernel family: its configuration and the hash of its source."""
+
+    __tablename__ = "kernels"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    family: Mapped[str] = mapped_column(String(64), index=True)
+    operator: Mapped[str] = mapped_column(String(32), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    config: Mapped[dict[str, Any]] = mapped_column()
+    source_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Problem(Base):
+    """One shape of one operator; `key` hashes every field."""
+
+    __tablename__ = "problems"
+    __table_args__ = (Index("ix_problems_shape", "operator", "dtype", "g", "c", "k"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    operator: Mapped[str] = mapped_column(String(32))
+    dtype: Mapped[str] = mapped_column(String(8))
+    layout: Mapped[str] = mapped_column(String(16))
+    n: Mapped[int] = mapped_column(Integer)
+    c: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    g: Mapped[int] = mapped_column(Integer)
+    h: Mapped[int] = mapped_column(Integer)
+    w: Mapped[int] = mapped_column(Integer)
+    r: Mapped[int] = mapped_column(Integer)
+    s: Mapped[int] = mapped_column(Integer)
+    stride_h: Mapped[int] = mapped_column(Integer)
+    stride_w: Mapped[int] = mapped_column(Integer)
+    pad_h: Mapped[int] = mapped_column(Integer)
+    pad_w: Mapped[int] = mapped_column(Integer)
+    dil_h: Mapped[int] = mapped_column(Integer)
+    dil_w: Mapped[int] = mapped_column(Integer)
+    flops: Mapped[int] = mapped_column(BigInteger)
+    min_bytes: Mapped[int] = mapped_column(BigInteger)
+
+
+class Job(Base):
+    """A submitted sweep: its spec, its place in the queue and its counters."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_queue", "status", "priority", "id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    operator: Mapped[str] = mapped_column(String(32))
+    dtype: Mapped[str] = mapped_column(String(8))
+    spec: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(String(16))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    total_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    done_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    failed_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    cached_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class JobProblem(Base):
+    """The problems of a job, in the order the spec gave them."""
+
+    __tablename__ = "job_problems"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True,
+                                            index=True)
+    position: Mapped[int] = mapped_column(Integer)
+
+
+class MeasurementFields:
+    """The columns a measurement and its archived history rows share."""
+
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    median_us: Mapped[float | None] = mapped_column(Float)
+    min_us: Mapped[float | None] = mapped_column(Float)
+    max_us: Mapped[float | None] = mapped_column(Float)
+    p90_us: Mapped[float | None] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    spread: Mapped[float | None] = mapped_column(Float)
+    tflops: Mapped[float | None] = mapped_column(Float)
+    gbps: Mapped[float | None] = mapped_column(Float)
+    verify_error: Mapped[float | None] = mapped_column(Float)
+    message: Mapped[str | None] = mapped_column(Text)
+    policy: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    telemetry: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Measurement(MeasurementFields, Base):
+    """The latest result of one kernel on one problem in one environment."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (UniqueConstraint("kernel_id", "problem_id", "environment_id"),
+                      Index("ix_measurements_problem_env", "problem_id", "environment_id"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"),
+                                               index=True)
+
+
+class MeasurementHistory(MeasurementFields, Base):
+    """Earlier results of a pair, kept when a re-measurement replaces them."""
+
+    __tablename__ = "measurement_history"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id", ondelete="CASCADE"),
+                                                index=True)
+    kernel_id: Mapped[int] = mapped_column(Integer)
+    problem_id: Mapped[int] = mapped_column(Integer)
+    environment_id: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    archived_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Artifact(Base):
+    """A compiled code object, addressed by the hash of what produced it."""
+
+    __tablename__ = "artifacts"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # code_object | model_bundle
+    target: Mapped[str] = mapped_column(String(32))
+    compiler: Mapped[str] = mapped_column(String(64))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    size: Mapped[int] = mapped_column(Integer)
+    resources: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    log: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Model(Base):
+    """A trained selection model and how well it chose on held-out problems."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("operator", "arch", "dtype", "version"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    operator: Mapped[str] = mapped_column(String(32))
+    arch: Mapped[str] = mapped_column(String(32))
+    dtype: Mapped[str] = mapped_column(String(8))
+    version: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    data_window: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id"))
+    promoted: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,25 @@
+"""The timing policy: how a pair is warmed up, repeated and checked. Stored with every row."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TimingPolicy(BaseModel):
+    """How measure() times one instance on one problem; a spec's `timing:` overrides fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    warmup: int = Field(3, ge=0, le=1000, description="untimed launches before timing")
+    min_repeats: int = Field(10, ge=1, le=100_000, description="timed launches at least")
+    max_repeats: int = Field(200, ge=1, le=100_000, description="timed launches at most")
+    budget_ms: float = Field(200.0, gt=0, description="wall-clock budget per pair")
+    target_spread: float = Field(0.01, gt=0, le=1.0,
+                                 description="stop once (p90 - min) / median is below this")
+    flush_l2: bool = Field(True, description="overwrite the L2 cache before each timed launch")
+    timeout_s: float = Field(10.0, gt=0, description="a launch running longer is a timeout")
+
+    def model_post_init(self, _context) -> None:
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(f"max_repeats={self.max_repeats} is below "
+                             f"min_repeats={self.min_repeats}")

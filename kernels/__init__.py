@@ -1,0 +1,5 @@
+"""Kernel families: C++ sources compiled per instance, each with a Python descriptor."""
+
+from kernels.registry import UnknownFamily, families, families_for, get_family, register
+
+__all__ = ["UnknownFamily", "families", "families_for", "get_family", "register"]

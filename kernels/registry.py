@@ -1,0 +1,43 @@
+"""The families the farm knows, by name. A family module registers itself on import."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernels.family import KernelFamily
+
+FAMILY_MODULES: tuple[str, ...] = ()
+_FAMILIES: dict[str, KernelFamily] = {}
+
+
+class UnknownFamily(LookupError):
+    """A kernel family name the farm does not know."""
+
+
+def register(family: KernelFamily) -> KernelFamily:
+    _FAMILIES[family.name] = family
+    return family
+
+
+def _load() -> None:
+    for module in FAMILY_MODULES:
+        importlib.import_module(module)
+
+
+def families() -> dict[str, KernelFamily]:
+    _load()
+    return dict(_FAMILIES)
+
+
+def get_family(name: str) -> KernelFamily:
+    known = families()
+    if name not in known:
+        listed = ", ".join(sorted(known)) or "none registered"
+        raise UnknownFamily(f"unknown kernel family {name!r}; known: {listed}")
+    return known[name]
+
+
+def families_for(operator: str) -> list[KernelFamily]:
+    return [f for f in families().values() if operator in f.operators]
