@@ -24,8 +24,9 @@ db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 query_app = typer.Typer(help="Query historical results.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(query_app, name="query")
-out = Console()
-err = Console(stderr=True)
+_WIDTH = None if sys.stdout.isatty() else 160  # pipes and logs get whole rows
+out = Console(width=_WIDTH)
+err = Console(stderr=True, width=_WIDTH)
 
 
 @contextmanager
@@ -82,13 +83,13 @@ def submit(spec: Annotated[Path, typer.Argument(help="Sweep spec (YAML)")],
 
 
 def _job_table(jobs) -> Table:
-    table = Table("id", "name", "operator", "dtype", "status", "prio", "problems", "pairs",
-                  "done", "failed", "cached", "created")
+    table = Table("id", "name", "operator", "dtype", "status", "prio", "problems",
+                  "pairs finished/total", "failed", "cached", "created")
     for job in jobs:
         table.add_row(str(job.id), job.name, job.operator, job.dtype, job.status,
-                      str(job.priority), str(job.problems), str(job.total_pairs),
-                      str(job.done_pairs), str(job.failed_pairs), str(job.cached_pairs),
-                      job.created_at.strftime("%Y-%m-%d %H:%M"))
+                      str(job.priority), str(job.problems),
+                      f"{job.finished_pairs}/{job.total_pairs}", str(job.failed_pairs),
+                      str(job.cached_pairs), job.created_at.strftime("%Y-%m-%d %H:%M"))
     return table
 
 

@@ -140,9 +140,14 @@ class ResolvedSpec:
                 "problems": len(self.problems), "dropped": self.dropped}
 
 
+_TYPE_TAGS = {"int", "str", "float", "bool", "list", "dict", "Range", "Bounds"}
+
+
 def _location(loc: tuple[Any, ...]) -> str:
     text = ""
     for part in loc:
+        if isinstance(part, str) and (part in _TYPE_TAGS or "[" in part):
+            continue  # the member of a union that pydantic tried, not a place in the file
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "(top level)"
 
@@ -167,7 +172,8 @@ def resolve_spec(data: Any, path: Path) -> ResolvedSpec:
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        first = next((e for e in errors if e["type"] == "value_error"), errors[0])
         message = first["msg"].removeprefix("Value error, ")
         raise SpecError(f"{path}: {_location(first['loc'])}", message) from exc
     problems: list[ConvProblem] = []

@@ -1,0 +1,29 @@
+"""Migrations and models describe the same schema, on SQLite and on PostgreSQL."""
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect
+
+from farm.store import db
+from farm.store.models import Base
+
+
+def test_upgrade_from_empty_gives_the_models_schema(db_url):
+    engine = db.make_engine(db_url)
+    assert db.current_revision(engine) is None
+    db.upgrade(engine)
+    assert db.current_revision(engine) == db.head_revision(engine)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}),
+                                Base.metadata)
+    assert diff == []
+    tables = set(inspect(engine).get_table_names()) - {"alembic_version"}
+    assert tables == set(Base.metadata.tables)
+
+
+def test_downgrade_to_base_removes_every_table(db_url):
+    engine = db.make_engine(db_url)
+    db.upgrade(engine)
+    from alembic import command
+    command.downgrade(db.alembic_config(engine), "base")
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
