@@ -1,12 +1,58 @@
-"""The descriptor every kernel family provides: its operators and its configuration space."""
+"""The descriptor every kernel family provides: configuration space, applicability, and how an
+instance is compiled and launched on a problem."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from kernels.source import load_source, source_hash
+
+DTYPE_CODES = {"fp32": 0, "fp16": 1, "bf16": 2}
 Config = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One compiled variant of a family: operator, element type and configuration."""
+
+    family: str
+    operator: str
+    dtype: str
+    config: tuple[tuple[str, Any], ...]
+    name: str
+    source_hash: str
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.config)
+
+    @property
+    def key(self) -> str:
+        text = json.dumps([self.family, self.operator, self.dtype, self.config,
+                           self.source_hash], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def record(self) -> dict[str, Any]:
+        """The row of the kernels table."""
+        return {"key": self.key, "family": self.family, "operator": self.operator,
+                "name": self.name, "config": {"dtype": self.dtype, **self.settings},
+                "source_hash": self.source_hash}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of an instance's work: entry point, geometry, arguments."""
+
+    entry: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple[Any, ...]  # buffer names (str) resolve to device pointers; others pass as is
+    shared_bytes: int = 0
 
 
 class KernelFamily(abc.ABC):
@@ -14,10 +60,44 @@ class KernelFamily(abc.ABC):
 
     name: str
     operators: tuple[str, ...]
+    source_file: str  # relative to kernels/
+    short: str  # a prefix for instance names
 
     @abc.abstractmethod
     def configs(self, operator: str) -> list[dict[str, Any]]:
         """Every instance's configuration for `operator`, generated from the family's rules."""
+
+    @abc.abstractmethod
+    def launches(self, instance: Instance, problem: Any) -> list[Launch]:
+        """The launches that compute `problem`'s output, in order, as one timed unit."""
+
+    def applicable(self, instance: Instance, problem: Any) -> str | None:
+        """Why `instance` cannot serve `problem`, or None when it can."""
+        return None
+
+    def workspace_bytes(self, instance: Instance, problem: Any) -> int:
+        return 0
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        """Compile-time constants: the element type and every config field, upper-cased."""
+        values = {"FARM_DTYPE": DTYPE_CODES[instance.dtype]}
+        for key, value in instance.config:
+            values[key.upper()] = int(value) if isinstance(value, bool) else value
+        return values
+
+    def source(self) -> str:
+        return load_source(self.source_file)
+
+    def instance_name(self, operator: str, dtype: str, config: Config) -> str:
+        parts = [f"{k}{int(v) if isinstance(v, bool) else v}" for k, v in config.items()]
+        return "_".join([self.short, operator.removeprefix("conv2d_"), dtype, *parts])
+
+    def instances(self, operator: str, dtype: str) -> list[Instance]:
+        digest = source_hash(self.source())
+        return [Instance(family=self.name, operator=operator, dtype=dtype,
+                         config=tuple(config.items()),
+                         name=self.instance_name(operator, dtype, config), source_hash=digest)
+                for config in self.configs(operator)]
 
     def config_fields(self, operator: str) -> dict[str, tuple[Any, ...]]:
         """Each configuration field and the values its instances take."""
@@ -26,3 +106,11 @@ class KernelFamily(abc.ABC):
             for key, value in config.items():
                 fields.setdefault(key, set()).add(value)
         return {k: tuple(sorted(v, key=repr)) for k, v in fields.items()}
+
+
+def grid_stride_blocks(elements: int, block: int, sm_count: int = 132, per_sm: int = 8) -> int:
+    """Blocks for a grid-stride loop over `elements`: enough to fill the GPU, no more."""
+    return max(1, min((elements + block - 1) // block, sm_count * per_sm))
+
+
+__all__ = ["Config", "Instance", "KernelFamily", "Launch", "Sequence", "grid_stride_blocks"]

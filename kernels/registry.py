@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kernels.family import KernelFamily
+    from kernels.operator import OperatorSpec
 
-FAMILY_MODULES: tuple[str, ...] = ()
+FAMILY_MODULES: tuple[str, ...] = ("kernels.conv.naive",)
 _FAMILIES: dict[str, KernelFamily] = {}
 
 
@@ -41,3 +42,12 @@ def get_family(name: str) -> KernelFamily:
 
 def families_for(operator: str) -> list[KernelFamily]:
     return [f for f in families().values() if operator in f.operators]
+
+
+def operator_spec(name: str) -> OperatorSpec:
+    """What `name` computes: its tensors, reference and tolerance."""
+    from kernels.conv.operator import OPERATORS
+
+    if name not in OPERATORS:
+        raise LookupError(f"unknown operator {name!r}; known: {', '.join(OPERATORS)}")
+    return OPERATORS[name]

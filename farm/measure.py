@@ -1,0 +1,278 @@
+"""The timing policy: how one kernel instance is verified and timed on one problem.
+
+Per problem (ProblemBench): random inputs drawn on the GPU (never zeros), one fp32 reference
+output from the operator's reference kernel. Per instance (measure): poison the output, launch
+once, compare with the reference (NaN and unwritten elements fail), warm up, then time repeated
+launches between device events with the L2 cache overwritten before each, until the spread is
+small enough, the time budget is spent, or the repeat limit is reached.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from farm.compile import CodeCache, compile_source
+from farm.gpu.base import Device, GpuError, KernelArgs
+from farm.telemetry import Telemetry
+from farm.timing import TimingPolicy
+from kernels.family import DTYPE_CODES, Instance, KernelFamily, Launch, grid_stride_blocks
+from kernels.registry import operator_spec
+from kernels.source import load_source
+
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+POISON_BYTE = 0xFF  # all-ones is NaN in fp32, fp16 and bf16
+
+
+class DeviceLost(RuntimeError):
+    """The context cannot be used again (illegal address, hang): restart the process."""
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """The outcome of one instance on one problem: a status and, if it ran, its timings."""
+
+    status: str
+    median_us: float | None = None
+    min_us: float | None = None
+    max_us: float | None = None
+    p90_us: float | None = None
+    samples: int = 0
+    spread: float | None = None
+    tflops: float | None = None
+    gbps: float | None = None
+    verify_error: float | None = None
+    message: str | None = None
+    policy: dict = field(default_factory=dict)
+    telemetry: dict = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def summarize(times_us: list[float]) -> dict[str, float]:
+    arr = np.sort(np.asarray(times_us))
+    median = float(np.median(arr))
+    p90 = float(np.percentile(arr, 90))
+    return {"median_us": median, "min_us": float(arr[0]), "max_us": float(arr[-1]),
+            "p90_us": p90, "spread": (p90 - float(arr[0])) / median if median > 0 else 0.0}
+
+
+def wait(device: Device, timeout_s: float) -> None:
+    """Synchronize, or raise DeviceLost when the device has not finished within timeout_s."""
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            device.synchronize()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            error.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise DeviceLost(f"timeout: the kernel did not finish within {timeout_s:g} s")
+    if error:
+        raise error[0]
+
+
+class SupportKernels:
+    """fill_random and compare, compiled for one element type and loaded on one device."""
+
+    def __init__(self, device: Device, dtype: str, target: str, cache: CodeCache | None):
+        compiled = compile_source(load_source("support.cu"), {"FARM_DTYPE": DTYPE_CODES[dtype]},
+                                  target, cache)
+        if not compiled.result.ok:
+            raise RuntimeError(f"support kernels failed to compile:\n{compiled.result.log}")
+        module = device.load_module(compiled.result.code)
+        self.device, self.sm_count = device, int(device.fingerprint().get("sm_count", 132))
+        self.fill = device.function(module, "fill_random")
+        self.compare_fn = device.function(module, "compare")
+        self.scratch = device.alloc(32)
+
+    def fill_random(self, ptr: int, elements: int, seed: int) -> None:
+        blocks = grid_stride_blocks(elements, 256, self.sm_count, 8)
+        self.device.launch(self.fill, (blocks, 1, 1), (256, 1, 1), 0,
+                           [("ptr", ptr), ("u64", elements), ("u32", seed), ("f32", 1.0)])
+
+    def compare(self, out: int, ref: int, elements: int) -> tuple[float, float, int, float]:
+        """(||out-ref||^2, ||ref||^2, non-finite count, max|out-ref|, max|ref|) on the GPU."""
+        self.device.memset(self.scratch, 0, 32)
+        blocks = grid_stride_blocks(elements, 256, self.sm_count, 4)
+        self.device.launch(self.compare_fn, (blocks, 1, 1), (256, 1, 1), 0,
+                           [("ptr", out), ("ptr", ref), ("u64", elements),
+                            ("ptr", self.scratch), ("ptr", self.scratch + 16)])
+        raw = self.device.copy_from_device(self.scratch, 32).tobytes()
+        d2, r2 = np.frombuffer(raw[:16], dtype=np.float64)
+        worst, bad, peak = np.frombuffer(raw[16:28], dtype=np.uint32)
+        as_float = lambda bits: float(np.array([bits], np.uint32).view(np.float32)[0])  # noqa: E731
+        return float(d2), float(r2), int(bad), as_float(worst), as_float(peak)
+
+
+def pack_args(launch: Launch, pointers: dict[str, int]) -> KernelArgs:
+    """Buffer names become device pointers; ctypes structures pass by value."""
+    packed: list[tuple[str, Any]] = []
+    for arg in launch.args:
+        if isinstance(arg, str):
+            packed.append(("ptr", pointers[arg]))
+        elif isinstance(arg, ctypes.Structure):
+            packed.append(("bytes", bytes(arg)))
+        elif isinstance(arg, float):
+            packed.append(("f32", arg))
+        else:
+            packed.append(("i32", int(arg)))
+    return KernelArgs.pack(packed)
+
+
+class ProblemBench:
+    """One problem on one device: inputs, output, workspace and the reference, made once."""
+
+    def __init__(self, device: Device, problem: Any, support: SupportKernels, target: str,
+                 cache: CodeCache | None, seed: int = 1, timeout_s: float = 60.0):
+        self.device, self.problem, self.support = device, problem, support
+        self.spec = operator_spec(problem.op)
+        size = ELEMENT_BYTES[problem.dtype]
+        self.tensors = self.spec.tensors(problem)
+        self.output = self.tensors[-1]
+        self.pointers: dict[str, int] = {}
+        self.workspace_bytes = 0
+        try:
+            for index, tensor in enumerate(self.tensors):
+                self.pointers[tensor.name] = device.alloc(tensor.elements * size)
+                if tensor.role == "input":
+                    support.fill_random(self.pointers[tensor.name], tensor.elements,
+                                        seed * 7919 + index)
+            self.reference = device.alloc(self.output.elements * 4)
+            self._run_reference(target, cache, timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _run_reference(self, target: str, cache: CodeCache | None, timeout_s: float) -> None:
+        compiled = compile_source(load_source(self.spec.reference_source),
+                                  self.spec.reference_defines(self.problem.dtype), target, cache)
+        if not compiled.result.ok:
+            raise RuntimeError(f"reference kernel failed to compile:\n{compiled.result.log}")
+        module = self.device.load_module(compiled.result.code)
+        pointers = {**self.pointers, self.output.name: self.reference}
+        for launch in self.spec.reference_launches(self.problem):
+            self.device.launch(self.device.function(module, launch.entry), launch.grid,
+                               launch.block, launch.shared_bytes, pack_args(launch, pointers))
+        wait(self.device, timeout_s)
+
+    def ensure_workspace(self, nbytes: int) -> None:
+        if nbytes > self.workspace_bytes:
+            if self.workspace_bytes:
+                self.device.free(self.pointers.pop("workspace"))
+            self.pointers["workspace"] = self.device.alloc(nbytes)
+            self.workspace_bytes = nbytes
+
+    def close(self) -> None:
+        for ptr in [*self.pointers.values(), getattr(self, "reference", None)]:
+            if ptr:
+                self.device.free(ptr)
+        self.pointers = {}
+        self.reference = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An instance's launches resolved to device functions and packed arguments."""
+
+    steps: tuple[tuple[Any, tuple, tuple, int, KernelArgs], ...]
+
+    def enqueue(self, device: Device) -> None:
+        for function, grid, block, shared, args in self.steps:
+            device.launch(function, grid, block, shared, args)
+
+
+def event_pairs(device: Device, count: int) -> list[tuple[Any, Any]]:
+    """`count` (start, stop) event pairs, created once per device and reused."""
+    pool = device.__dict__.setdefault("_event_pool", [])
+    while len(pool) < count:
+        pool.append((device.event_create(), device.event_create()))
+    return pool[:count]
+
+
+def _rates(problem: Any, median_us: float) -> dict[str, float]:
+    seconds = median_us * 1e-6
+    return {"tflops": problem.flops / seconds / 1e12, "gbps": problem.min_bytes / seconds / 1e9}
+
+
+def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, module: Any,
+            policy: TimingPolicy, telemetry: Telemetry | None = None) -> PairResult:
+    """Verify, then time, one instance on the bench's problem. Raises DeviceLost when the
+    context is gone (the caller records the pair and restarts the process)."""
+    device, problem = bench.device, bench.problem
+    policy_record = policy.model_dump()
+    reason = family.applicable(instance, problem)
+    if reason:
+        return PairResult("unsupported", message=reason, policy=policy_record)
+    bench.ensure_workspace(family.workspace_bytes(instance, problem))
+    try:
+        prepared = Prepared(tuple(
+            (device.function(module, step.entry), step.grid, step.block, step.shared_bytes,
+             pack_args(step, bench.pointers)) for step in family.launches(instance, problem)))
+        out = bench.pointers[bench.output.name]
+        device.memset(out, POISON_BYTE, bench.output.elements * ELEMENT_BYTES[problem.dtype])
+        prepared.enqueue(device)
+        wait(device, policy.timeout_s)
+        d2, r2, bad, worst, peak = bench.support.compare(out, bench.reference,
+                                                         bench.output.elements)
+    except GpuError as exc:
+        if exc.context_lost:
+            raise DeviceLost(f"launch_error: {exc}") from exc
+        return PairResult("launch_error", message=str(exc), policy=policy_record)
+    rel_l2 = math.sqrt(d2 / r2) if r2 > 0 else (0.0 if d2 == 0 else math.inf)
+    rel_max = worst / peak if peak > 0 else (0.0 if worst == 0 else math.inf)
+    tolerance = bench.spec.tolerance(problem)
+    if bad or rel_l2 > tolerance.rel_l2 or rel_max > tolerance.rel_max:
+        why = (f"{bad} of {bench.output.elements} output elements are NaN or infinite "
+               "(unwritten or overflowed)" if bad else
+               f"relative L2 error {rel_l2:.3g} (limit {tolerance.rel_l2:.3g}), max error "
+               f"{rel_max:.3g} of max |ref| (limit {tolerance.rel_max:.3g})")
+        return PairResult("wrong_result", verify_error=rel_l2 if not bad else math.inf,
+                          message=why, policy=policy_record)
+    return _time(bench, prepared, policy, policy_record, rel_l2, telemetry)
+
+
+def _time(bench: ProblemBench, prepared: Prepared, policy: TimingPolicy, policy_record: dict,
+          rel_l2: float, telemetry: Telemetry | None) -> PairResult:
+    device = bench.device
+    for _ in range(policy.warmup):
+        prepared.enqueue(device)
+    wait(device, policy.timeout_s)
+    before = telemetry.sample() if telemetry else {}
+    events = event_pairs(device, policy.max_repeats)
+    times: list[float] = []
+    start = time.perf_counter()
+    batch = policy.min_repeats
+    while True:
+        for begin, end in events[len(times):len(times) + batch]:
+            if policy.flush_l2:
+                device.flush_l2()
+            device.event_record(begin)
+            prepared.enqueue(device)
+            device.event_record(end)
+        wait(device, policy.timeout_s)
+        times += [1000.0 * device.event_elapsed_ms(b, e)
+                  for b, e in events[len(times):len(times) + batch]]
+        stats = summarize(times)
+        spent_ms = 1000.0 * (time.perf_counter() - start)
+        if (len(times) >= policy.max_repeats or stats["spread"] <= policy.target_spread
+                or spent_ms >= policy.budget_ms):
+            break
+        per_launch_ms = spent_ms / len(times)
+        room = int((policy.budget_ms - spent_ms) / max(per_launch_ms, 1e-3))
+        batch = max(1, min(len(times), room, policy.max_repeats - len(times)))
+    after = telemetry.sample() if telemetry else {}
+    return PairResult("ok", samples=len(times), verify_error=rel_l2, policy=policy_record,
+                      telemetry=Telemetry.compare(before, after) if telemetry else {},
+                      **stats, **_rates(bench.problem, stats["median_us"]))
