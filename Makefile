@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,cuda,postgres
+EXTRAS ?= dev,cuda,hip,postgres
 
 .PHONY: demo test venv system-deps
 

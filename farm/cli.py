@@ -116,6 +116,51 @@ def cancel(job: Annotated[int, typer.Argument(help="Job id")], db: DbOption = No
         out.print(f"job {job} is {summary.status}")
 
 
+@app.command("compile")
+def compile_(op: Annotated[str, typer.Option("--op", help="Operator")],
+             target: Annotated[str, typer.Option(help="sm_90a (NVRTC) or gfx90a (hipRTC)")],
+             family: Annotated[Optional[str], typer.Option(help="Only this family")] = None,
+             dtype: Annotated[list[str], typer.Option(help="Element types")] = ["bf16", "fp16"],
+             no_cache: Annotated[bool, typer.Option(help="Compile even if cached")] = False
+             ) -> None:
+    """Compile every instance of an operator for a target, warming the cache."""
+    from farm.compile import FolderCache
+    from farm.compile_all import compile_instances, instances_of
+    from farm.gpu import RuntimeUnavailable
+    from kernels import UnknownFamily
+
+    try:
+        instances = instances_of(op, dtype, family)
+        summary = compile_instances(instances, target, None if no_cache else FolderCache())
+    except (UnknownFamily, RuntimeUnavailable, ValueError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    for failure in summary.failures:
+        err.print(f"[red]failed[/] {failure.instance}:\n{failure.log.strip()}", highlight=False)
+    out.print(f"{op} for {target}: {summary.instances} instances, {summary.compiled} compiled "
+              f"({summary.cached} from the cache), {len(summary.failures)} failed, "
+              f"{summary.seconds:.1f} s")
+    if summary.failures or not summary.instances:
+        raise typer.Exit(1)
+
+
+@app.command()
+def devices() -> None:
+    """The GPUs of this machine and the runtimes installed."""
+    from farm.gpu import available_runtimes, list_devices
+
+    found = list_devices()
+    runtimes = ", ".join(available_runtimes()) or "none"
+    if not found:
+        out.print(f"no GPU here (runtimes installed: {runtimes})")
+        return
+    table = Table("runtime", "ordinal", "name", "arch", "SMs", "memory GiB")
+    for d in found:
+        table.add_row(d["runtime"], str(d["ordinal"]), d["name"], d["arch"], str(d["sm_count"]),
+                      f"{d['memory'] / 2**30:.0f}")
+    out.print(table)
+
+
 class Format(str, Enum):
     table = "table"
     csv = "csv"

@@ -172,6 +172,7 @@ class ProblemBench:
             if self.workspace_bytes:
                 self.device.free(self.pointers.pop("workspace"))
             self.pointers["workspace"] = self.device.alloc(nbytes)
+            self.device.memset(self.pointers["workspace"], 0, nbytes)
             self.workspace_bytes = nbytes
 
     def close(self) -> None:
@@ -212,9 +213,6 @@ def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, modul
     context is gone (the caller records the pair and restarts the process)."""
     device, problem = bench.device, bench.problem
     policy_record = policy.model_dump()
-    reason = family.applicable(instance, problem)
-    if reason:
-        return PairResult("unsupported", message=reason, policy=policy_record)
     bench.ensure_workspace(family.workspace_bytes(instance, problem))
     try:
         prepared = Prepared(tuple(

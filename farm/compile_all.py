@@ -1,0 +1,50 @@
+"""Compile every instance of an operator for a target (warming the cache) and summarize."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from farm.compile import CodeCache, compile_source
+from kernels.family import Instance
+from kernels.registry import families_for, get_family
+
+
+@dataclass(frozen=True)
+class CompileFailure:
+    instance: str
+    log: str
+
+
+@dataclass(frozen=True)
+class CompileSummary:
+    instances: int
+    compiled: int
+    cached: int
+    failures: tuple[CompileFailure, ...]
+    seconds: float
+    compile_seconds: float  # summed over the compiles that ran (not cache hits)
+
+
+def instances_of(operator: str, dtypes: list[str], family: str | None = None) -> list[Instance]:
+    chosen = [get_family(family)] if family else families_for(operator)
+    return [i for f in chosen if operator in f.operators for d in dtypes
+            for i in f.instances(operator, d)]
+
+
+def compile_instances(instances: list[Instance], target: str, cache: CodeCache | None,
+                      workers: int = 1) -> CompileSummary:
+    start = time.perf_counter()
+
+    def one(instance: Instance):
+        family = get_family(instance.family)
+        return instance, compile_source(family.source(), family.defines(instance), target, cache)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        done = list(pool.map(one, instances))
+    failures = tuple(CompileFailure(i.name, c.result.log) for i, c in done if not c.result.ok)
+    return CompileSummary(instances=len(done), compiled=len(done) - len(failures),
+                          cached=sum(c.cached for _, c in done), failures=failures,
+                          seconds=time.perf_counter() - start,
+                          compile_seconds=sum(c.result.seconds for _, c in done if not c.cached))

@@ -1,0 +1,95 @@
+"""One GPU in this process, measuring kernel instances on problems (the body of a measure actor).
+
+Modules and support kernels are loaded once and kept; each problem's inputs and reference are
+made once for all the instances measured on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from farm.compile import CodeCache, FolderCache, compile_source
+from farm.environment import Environment, device_environment
+from farm.gpu import get_compiler, open_device
+from farm.gpu.base import Device, GpuError
+from farm.measure import DeviceLost, PairResult, ProblemBench, SupportKernels, measure
+from farm.telemetry import Telemetry
+from farm.timing import TimingPolicy
+from kernels.family import Instance
+from kernels.registry import get_family
+
+
+def target_of(fingerprint: dict) -> str:
+    """The compile target of a device: sm_90 -> sm_90a (Hopper's arch-specific features)."""
+    arch = str(fingerprint["arch"])
+    return f"{arch}a" if arch in ("sm_90", "sm_100", "sm_120") else arch
+
+
+class GpuWorker:
+    def __init__(self, device: Device | None = None, ordinal: int = 0,
+                 cache: CodeCache | None = None) -> None:
+        self.device = device or open_device(ordinal=ordinal)
+        self.fingerprint = self.device.fingerprint()
+        self.target = target_of(self.fingerprint)
+        self.cache = cache if cache is not None else FolderCache()
+        self.telemetry = Telemetry(ordinal)
+        self.environment: Environment = device_environment(
+            self.fingerprint, get_compiler(self.target).version())
+        self._modules: dict[str, Any] = {}
+        self._support: dict[str, SupportKernels] = {}
+
+    def support(self, dtype: str) -> SupportKernels:
+        if dtype not in self._support:
+            self._support[dtype] = SupportKernels(self.device, dtype, self.target, self.cache)
+        return self._support[dtype]
+
+    def module(self, instance: Instance) -> tuple[Any | None, str | None]:
+        """The loaded module of an instance, or None and the compiler's log."""
+        if instance.key in self._modules:
+            return self._modules[instance.key], None
+        family = get_family(instance.family)
+        compiled = compile_source(family.source(), family.defines(instance), self.target,
+                                  self.cache)
+        if not compiled.result.ok:
+            return None, compiled.result.log
+        try:
+            module = self.device.load_module(compiled.result.code)
+        except GpuError as exc:
+            return None, f"module load failed: {exc}"
+        self._modules[instance.key] = module
+        return module, None
+
+    def measure_problem(self, problem: Any, instances: Iterable[Instance],
+                        policy: TimingPolicy = TimingPolicy(),
+                        seed: int = 1) -> Iterator[tuple[Instance, PairResult]]:
+        """Measure each instance on `problem`; yields as it goes. DeviceLost propagates after
+        the pair that caused it has been yielded as a launch_error or timeout."""
+        bench = ProblemBench(self.device, problem, self.support(problem.dtype), self.target,
+                             self.cache, seed=seed)
+        try:
+            for instance in instances:
+                family = get_family(instance.family)
+                reason = family.applicable(instance, problem)
+                if reason:
+                    yield instance, PairResult("unsupported", message=reason,
+                                               policy=policy.model_dump())
+                    continue
+                module, log = self.module(instance)
+                if module is None:
+                    yield instance, PairResult("compile_error", message=log,
+                                               policy=policy.model_dump())
+                    continue
+                try:
+                    result = measure(bench, family, instance, module, policy, self.telemetry)
+                except DeviceLost as exc:
+                    status = "timeout" if str(exc).startswith("timeout") else "launch_error"
+                    yield instance, PairResult(status, message=str(exc),
+                                               policy=policy.model_dump())
+                    raise
+                yield instance, result
+        finally:
+            try:
+                bench.close()
+            except GpuError:
+                pass  # a lost context cannot free; the process is about to be replaced
