@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,22 +64,16 @@ def summarize(times_us: list[float]) -> dict[str, float]:
 
 
 def wait(device: Device, timeout_s: float) -> None:
-    """Synchronize, or raise DeviceLost when the device has not finished within timeout_s."""
-    error: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            device.synchronize()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            error.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise DeviceLost(f"timeout: the kernel did not finish within {timeout_s:g} s")
-    if error:
-        raise error[0]
+    """Return once the device is idle; raise DeviceLost if it is still busy after timeout_s.
+    Polls (cheaply at first, then with growing sleeps) so a hung kernel cannot block us."""
+    start = time.perf_counter()
+    pause = 0.0
+    while not device.idle():
+        waited = time.perf_counter() - start
+        if waited > timeout_s:
+            raise DeviceLost(f"timeout: the kernel did not finish within {timeout_s:g} s")
+        time.sleep(pause)
+        pause = min(0.002, waited / 20)
 
 
 class SupportKernels:

@@ -189,6 +189,10 @@ class Device(ABC):
     @abstractmethod
     def synchronize(self) -> None: ...
 
+    @abstractmethod
+    def idle(self) -> bool:
+        """True once all queued work has finished (raises GpuError if some of it failed)."""
+
     def close(self) -> None:
         """Free the L2 flush buffer (runtimes also release their context)."""
         if getattr(self, "_flush_ptr", None) is not None:

@@ -292,6 +292,13 @@ class CudaDevice(Device):
     def synchronize(self) -> None:
         _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
 
+    def idle(self) -> bool:
+        (err,) = driver.cuStreamQuery(0)
+        if err == driver.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _check((err,), "cuStreamQuery")
+        return True
+
     def close(self) -> None:
         super().close()
         if self._ctx is not None:

@@ -290,3 +290,10 @@ class HipDevice(Device):
 
     def synchronize(self) -> None:
         _check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
+
+    def idle(self) -> bool:
+        (err,) = hip.hipStreamQuery(None)
+        if err == hip.hipError_t.hipErrorNotReady:
+            return False
+        _check((err,), "hipStreamQuery")
+        return True
