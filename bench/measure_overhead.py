@@ -3,7 +3,9 @@
 For conv_naive instances of about 5, 50 and 500 us: the wall time of one measure() call
 (poison, launch, verify, warm up, timed repeats with the L2 flushed) over the summed time of
 its timed launches, and the spread of the median when the same pair is measured 10 times.
-Usage: python bench/measure_overhead.py [--out DIR]
+Also whether a flush of one L2 size evicts as well as larger ones: a kernel that reads 24 MB
+(which fits in L2) timed after no flush and after flushes of 1, 2 and 4 L2 sizes.
+Usage: python -m bench.measure_overhead [--out DIR]
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import time
 import numpy as np
 
 from bench.common import write_result
-from farm.measure import ProblemBench, measure
+from farm.gpu.base import KernelArgs
+from farm.measure import ProblemBench, event_pairs, measure, wait
 from farm.problems import ConvProblem
 from farm.timing import TimingPolicy
 from farm.worker import GpuWorker
@@ -57,6 +60,31 @@ def calibrate(worker, target_us, policy):
         n = max(n * 2, int(n * target_us / median * 0.8))
 
 
+def flush_check(worker) -> dict[str, float]:
+    """Median time of a 24 MB read (the compare kernel) after flushes of growing size."""
+    support, device = worker.support("bf16"), worker.device
+    elements = 4 << 20  # bf16 output + fp32 reference: 24 MiB read per launch
+    out, ref, scratch = device.alloc(2 * elements), device.alloc(4 * elements), device.alloc(32)
+    support.fill_random(out, elements, 1)
+    args = KernelArgs.pack([("ptr", out), ("ptr", ref), ("u64", elements), ("ptr", scratch),
+                            ("ptr", scratch + 16)])
+    result = {}
+    for factor in (0, 1, 2, 4):
+        pairs = event_pairs(device, 50)
+        for begin, end in pairs:
+            if factor:
+                device.flush_l2(factor)
+            device.event_record(begin)
+            device.launch(support.compare_fn, (132 * 4, 1, 1), (256, 1, 1), 0, args)
+            device.event_record(end)
+        wait(device, 10)
+        result[f"flush_{factor}x_l2_us"] = float(np.median(
+            [1000 * device.event_elapsed_ms(b, e) for b, e in pairs]))
+    for ptr in (out, ref, scratch):
+        device.free(ptr)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
@@ -84,6 +112,8 @@ def main() -> None:
         print(f"{target:>7} {entry['median_us']:>10.2f} {int(np.median(entry['samples'])):>8} "
               f"{entry['wall_us_per_pair']:>10.0f} {entry['timed_us_per_pair']:>10.0f} "
               f"{entry['overhead_ratio']:>8.2f} {entry['spread_of_medians']:>17.4f}")
+    figures["flush_check"] = flush_check(worker)
+    print("flush check (24 MiB read, median us):", figures["flush_check"])
     path = write_result("measure_overhead", worker.fingerprint, figures, args.out)
     print(f"wrote {path}")
 

@@ -56,11 +56,23 @@ class PairResult:
 
 
 def summarize(times_us: list[float]) -> dict[str, float]:
+    """Median, min, max, p90, spread = (p90 - min) / median."""
     arr = np.sort(np.asarray(times_us))
     median = float(np.median(arr))
     p90 = float(np.percentile(arr, 90))
     return {"median_us": median, "min_us": float(arr[0]), "max_us": float(arr[-1]),
             "p90_us": p90, "spread": (p90 - float(arr[0])) / median if median > 0 else 0.0}
+
+
+def median_ci(times_us: list[float]) -> float:
+    """Half-width of the median's 95% confidence interval relative to the median, from the
+    order statistics n/2 -+ 0.98 sqrt(n) (no assumption about the distribution)."""
+    arr = np.sort(np.asarray(times_us))
+    n = len(arr)
+    low = max(0, int(np.floor(n / 2 - 0.98 * np.sqrt(n))))
+    high = min(n - 1, int(np.ceil(n / 2 + 0.98 * np.sqrt(n))))
+    median = float(np.median(arr))
+    return (float(arr[high]) - float(arr[low])) / 2 / median if median > 0 else 0.0
 
 
 def wait(device: Device, timeout_s: float) -> None:
@@ -248,7 +260,7 @@ def _time(bench: ProblemBench, prepared: Prepared, policy: TimingPolicy, policy_
     while True:
         for begin, end in events[len(times):len(times) + batch]:
             if policy.flush_l2:
-                device.flush_l2()
+                device.flush_l2(policy.flush_factor)
             device.event_record(begin)
             prepared.enqueue(device)
             device.event_record(end)
@@ -257,7 +269,7 @@ def _time(bench: ProblemBench, prepared: Prepared, policy: TimingPolicy, policy_
                   for b, e in events[len(times):len(times) + batch]]
         stats = summarize(times)
         spent_ms = 1000.0 * (time.perf_counter() - start)
-        if (len(times) >= policy.max_repeats or stats["spread"] <= policy.target_spread
+        if (len(times) >= policy.max_repeats or median_ci(times) <= policy.target_ci
                 or spent_ms >= policy.budget_ms):
             break
         per_launch_ms = spent_ms / len(times)

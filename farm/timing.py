@@ -10,13 +10,17 @@ class TimingPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    warmup: int = Field(3, ge=0, le=1000, description="untimed launches before timing")
+    warmup: int = Field(1, ge=0, le=1000,
+                        description="untimed launches before timing, after the verified one")
     min_repeats: int = Field(10, ge=1, le=100_000, description="timed launches at least")
     max_repeats: int = Field(200, ge=1, le=100_000, description="timed launches at most")
     budget_ms: float = Field(200.0, gt=0, description="wall-clock budget per pair")
-    target_spread: float = Field(0.01, gt=0, le=1.0,
-                                 description="stop once (p90 - min) / median is below this")
+    target_ci: float = Field(0.005, gt=0, le=1.0,
+                             description="stop once the median's 95% confidence interval is "
+                                         "narrower than this, relative, on each side")
     flush_l2: bool = Field(True, description="overwrite the L2 cache before each timed launch")
+    flush_factor: float = Field(2.0, ge=1.0, le=8.0,
+                                description="bytes written by each flush, in L2 sizes")
     timeout_s: float = Field(10.0, gt=0, description="a launch running longer is a timeout")
 
     def model_post_init(self, _context) -> None:

@@ -67,6 +67,7 @@ class GpuWorker:
         the pair that caused it has been yielded as a launch_error or timeout."""
         bench = ProblemBench(self.device, problem, self.support(problem.dtype), self.target,
                              self.cache, seed=seed)
+        lost = False
         try:
             for instance in instances:
                 family = get_family(instance.family)
@@ -84,12 +85,11 @@ class GpuWorker:
                     result = measure(bench, family, instance, module, policy, self.telemetry)
                 except DeviceLost as exc:
                     status = "timeout" if str(exc).startswith("timeout") else "launch_error"
+                    lost = True
                     yield instance, PairResult(status, message=str(exc),
                                                policy=policy.model_dump())
                     raise
                 yield instance, result
         finally:
-            try:
+            if not lost:  # a lost context cannot free (a hung kernel would block the free)
                 bench.close()
-            except GpuError:
-                pass  # a lost context cannot free; the process is about to be replaced

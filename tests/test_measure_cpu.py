@@ -7,7 +7,7 @@ import pytest
 
 from farm.compile import FolderCache, compile_source
 from farm.environment import Environment
-from farm.measure import pack_args, summarize
+from farm.measure import median_ci, pack_args, summarize
 from farm.problems import ConvProblem
 from farm.worker import target_of
 from kernels import get_family, operator_spec
@@ -20,6 +20,8 @@ P = ConvProblem(op="conv2d_fwd", N=2, C=64, K=32, G=4, H=9, W=7, R=3, S=3, strid
 
 def test_summary_statistics():
     stats = summarize([10.0, 11.0, 10.5, 30.0, 10.2])
+    assert median_ci([10.0] * 20) == 0.0
+    assert 0 < median_ci(list(range(90, 111))) < 0.1
     assert stats["median_us"] == 10.5 and stats["min_us"] == 10.0 and stats["max_us"] == 30.0
     assert stats["p90_us"] == pytest.approx(22.4)
     assert stats["spread"] == pytest.approx((22.4 - 10.0) / 10.5)

@@ -199,12 +199,14 @@ class Device(ABC):
             self.free(self._flush_ptr)
             self._flush_ptr = None
 
-    def flush_l2(self) -> None:
-        """Overwrite the L2 cache: an asynchronous memset of a buffer twice its size."""
-        if getattr(self, "_flush_ptr", None) is None:
-            self._flush_bytes = max(2 * self.l2_bytes, 1 << 20)
-            self._flush_ptr = self.alloc(self._flush_bytes)
-        self.memset(self._flush_ptr, 0, self._flush_bytes, asynchronous=True)
+    def flush_l2(self, factor: float = 2.0) -> None:
+        """Overwrite the L2 cache: an asynchronous memset of `factor` times its size."""
+        nbytes = max(int(factor * self.l2_bytes), 1 << 20)
+        if getattr(self, "_flush_bytes", 0) < nbytes:
+            if getattr(self, "_flush_ptr", None) is not None:
+                self.free(self._flush_ptr)
+            self._flush_ptr, self._flush_bytes = self.alloc(nbytes), nbytes
+        self.memset(self._flush_ptr, 0, nbytes, asynchronous=True)
 
 
 def module_resources(kernels: Mapping[str, dict]) -> dict:
