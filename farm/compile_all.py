@@ -29,7 +29,7 @@ class CompileSummary:
 
 def instances_of(operator: str, dtypes: list[str], family: str | None = None) -> list[Instance]:
     chosen = [get_family(family)] if family else families_for(operator)
-    return [i for f in chosen if operator in f.operators for d in dtypes
+    return [i for f in chosen if f.compiled and operator in f.operators for d in dtypes
             for i in f.instances(operator, d)]
 
 

@@ -9,7 +9,6 @@ small enough, the time budget is spent, or the repeat limit is reached.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import time
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import numpy as np
 
 from farm.compile import CodeCache, compile_source
 from farm.gpu.base import Device, GpuError, KernelArgs
+from farm.launch import Runnable, pack_args
 from farm.telemetry import Telemetry
 from farm.timing import TimingPolicy
 from kernels.family import DTYPE_CODES, Instance, KernelFamily, Launch, grid_stride_blocks
@@ -121,21 +121,6 @@ class SupportKernels:
         return float(d2), float(r2), int(bad), as_float(worst), as_float(peak)
 
 
-def pack_args(launch: Launch, pointers: dict[str, int]) -> KernelArgs:
-    """Buffer names become device pointers; ctypes structures pass by value."""
-    packed: list[tuple[str, Any]] = []
-    for arg in launch.args:
-        if isinstance(arg, str):
-            packed.append(("ptr", pointers[arg]))
-        elif isinstance(arg, ctypes.Structure):
-            packed.append(("bytes", bytes(arg)))
-        elif isinstance(arg, float):
-            packed.append(("f32", arg))
-        else:
-            packed.append(("i32", int(arg)))
-    return KernelArgs.pack(packed)
-
-
 class ProblemBench:
     """One problem on one device: inputs, output, workspace and the reference, made once."""
 
@@ -188,17 +173,6 @@ class ProblemBench:
         self.reference = None
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """An instance's launches resolved to device functions and packed arguments."""
-
-    steps: tuple[tuple[Any, tuple, tuple, int, KernelArgs], ...]
-
-    def enqueue(self, device: Device) -> None:
-        for function, grid, block, shared, args in self.steps:
-            device.launch(function, grid, block, shared, args)
-
-
 def event_pairs(device: Device, count: int) -> list[tuple[Any, Any]]:
     """`count` (start, stop) event pairs, created once per device and reused."""
     pool = device.__dict__.setdefault("_event_pool", [])
@@ -220,12 +194,11 @@ def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, modul
     policy_record = policy.model_dump()
     bench.ensure_workspace(family.workspace_bytes(instance, problem))
     try:
-        prepared = Prepared(tuple(
-            (device.function(module, step.entry), step.grid, step.block, step.shared_bytes,
-             pack_args(step, bench.pointers)) for step in family.launches(instance, problem)))
+        runnable = family.runnable(instance, problem, device, module, bench.pointers)
         out = bench.pointers[bench.output.name]
         device.memset(out, POISON_BYTE, bench.output.elements * ELEMENT_BYTES[problem.dtype])
-        prepared.enqueue(device)
+        runnable.enqueue()
+        runnable.publish()
         wait(device, policy.timeout_s)
         d2, r2, bad, worst, peak = bench.support.compare(out, bench.reference,
                                                          bench.output.elements)
@@ -243,14 +216,14 @@ def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, modul
                f"{rel_max:.3g} of max |ref| (limit {tolerance.rel_max:.3g})")
         return PairResult("wrong_result", verify_error=rel_l2 if not bad else math.inf,
                           message=why, policy=policy_record)
-    return _time(bench, prepared, policy, policy_record, rel_l2, telemetry)
+    return _time(bench, runnable, policy, policy_record, rel_l2, telemetry)
 
 
-def _time(bench: ProblemBench, prepared: Prepared, policy: TimingPolicy, policy_record: dict,
+def _time(bench: ProblemBench, runnable: Runnable, policy: TimingPolicy, policy_record: dict,
           rel_l2: float, telemetry: Telemetry | None) -> PairResult:
     device = bench.device
     for _ in range(policy.warmup):
-        prepared.enqueue(device)
+        runnable.enqueue()
     wait(device, policy.timeout_s)
     before = telemetry.sample() if telemetry else {}
     events = event_pairs(device, policy.max_repeats)
@@ -262,7 +235,7 @@ def _time(bench: ProblemBench, prepared: Prepared, policy: TimingPolicy, policy_
             if policy.flush_l2:
                 device.flush_l2(policy.flush_factor)
             device.event_record(begin)
-            prepared.enqueue(device)
+            runnable.enqueue()
             device.event_record(end)
         wait(device, policy.timeout_s)
         times += [1000.0 * device.event_elapsed_ms(b, e)

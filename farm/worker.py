@@ -46,9 +46,11 @@ class GpuWorker:
 
     def module(self, instance: Instance) -> tuple[Any | None, str | None]:
         """The loaded module of an instance, or None and the compiler's log."""
+        family = get_family(instance.family)
+        if not family.compiled:
+            return family, None  # a library call: nothing to compile or load
         if instance.key in self._modules:
             return self._modules[instance.key], None
-        family = get_family(instance.family)
         compiled = compile_source(family.source(), family.defines(instance), self.target,
                                   self.cache)
         if not compiled.result.ok:

@@ -71,6 +71,15 @@ class KernelFamily(abc.ABC):
     def launches(self, instance: Instance, problem: Any) -> list[Launch]:
         """The launches that compute `problem`'s output, in order, as one timed unit."""
 
+    compiled = True  # False for families that call a library instead of compiling a source
+
+    def runnable(self, instance: Instance, problem: Any, device: Any, module: Any,
+                 pointers: dict[str, int]) -> Any:
+        """The instance's work on `problem`, ready to enqueue (farm.launch.Runnable)."""
+        from farm.launch import LaunchSequence
+
+        return LaunchSequence.build(device, module, self.launches(instance, problem), pointers)
+
     def applicable(self, instance: Instance, problem: Any) -> str | None:
         """Why `instance` cannot serve `problem`, or None when it can."""
         return None

@@ -7,7 +7,8 @@ import pytest
 
 from farm.compile import FolderCache, compile_source
 from farm.environment import Environment
-from farm.measure import median_ci, pack_args, summarize
+from farm.launch import pack_args
+from farm.measure import median_ci, summarize
 from farm.problems import ConvProblem
 from farm.worker import target_of
 from kernels import get_family, operator_spec
