@@ -140,3 +140,14 @@ def test_fatal_faults_are_recorded_and_a_fresh_process_goes_on(worker, fault, st
     proc = subprocess.run([sys.executable, "-c", FAULT_SCRIPT, "0"], capture_output=True,
                           text=True, timeout=120)
     assert "STATUS ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight"])
+def test_vendor_family_is_verified_and_timed(worker, op):
+    pytest.importorskip("torch")
+    family = get_family("vendor")
+    for shape in SHAPES:
+        p = ConvProblem(op=op, dtype="bf16", **shape)
+        [(instance, result)] = worker.measure_problem(p, family.instances(op, "bf16"), QUICK)
+        assert result.status == "ok", (shape, result.message)
+        assert result.median_us > 0
