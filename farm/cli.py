@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from enum import Enum
@@ -121,8 +122,9 @@ def compile_(op: Annotated[str, typer.Option("--op", help="Operator")],
              target: Annotated[str, typer.Option(help="sm_90a (NVRTC) or gfx90a (hipRTC)")],
              family: Annotated[Optional[str], typer.Option(help="Only this family")] = None,
              dtype: Annotated[list[str], typer.Option(help="Element types")] = ["bf16", "fp16"],
-             no_cache: Annotated[bool, typer.Option(help="Compile even if cached")] = False
-             ) -> None:
+             no_cache: Annotated[bool, typer.Option(help="Compile even if cached")] = False,
+             jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel compiles")] =
+             os.cpu_count() or 1) -> None:
     """Compile every instance of an operator for a target, warming the cache."""
     from farm.compile import FolderCache
     from farm.compile_all import compile_instances, instances_of
@@ -131,7 +133,8 @@ def compile_(op: Annotated[str, typer.Option("--op", help="Operator")],
 
     try:
         instances = instances_of(op, dtype, family)
-        summary = compile_instances(instances, target, None if no_cache else FolderCache())
+        summary = compile_instances(instances, target, None if no_cache else FolderCache(),
+                                    workers=jobs)
     except (UnknownFamily, RuntimeUnavailable, ValueError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None

@@ -75,9 +75,10 @@ class CompiledCode:
 
 
 def compile_source(source: str, defines: dict, target: str, cache: CodeCache | None = None,
-                   timeout_s: float = 120.0) -> CompiledCode:
-    """Compile (or fetch from the cache) one source for one target."""
-    compiler = get_compiler(target)
+                   timeout_s: float = 120.0, compiler: Compiler | None = None) -> CompiledCode:
+    """Compile (or fetch from the cache) one source for one target; `compiler` defaults to the
+    process's compiler for the target (one compile at a time: pass others to run in parallel)."""
+    compiler = compiler or get_compiler(target)
     key = cache_key(source, defines, OPTIONS, compiler, target)
     hit = cache.get(key) if cache is not None else None
     if hit is not None:

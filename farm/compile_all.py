@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from farm.compile import CodeCache, compile_source
+from farm.gpu import new_compiler
 from kernels.family import Instance
 from kernels.registry import families_for, get_family
 
@@ -36,13 +38,25 @@ def instances_of(operator: str, dtypes: list[str], family: str | None = None) ->
 def compile_instances(instances: list[Instance], target: str, cache: CodeCache | None,
                       workers: int = 1) -> CompileSummary:
     start = time.perf_counter()
+    compilers: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(max(1, workers)):
+        compilers.put(new_compiler(target))
 
     def one(instance: Instance):
         family = get_family(instance.family)
-        return instance, compile_source(family.source(), family.defines(instance), target, cache)
+        compiler = compilers.get()
+        try:
+            return instance, compile_source(family.source(), family.defines(instance), target,
+                                            cache, compiler=compiler)
+        finally:
+            compilers.put(compiler)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        done = list(pool.map(one, instances))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            done = list(pool.map(one, instances))
+    finally:
+        while not compilers.empty():
+            compilers.get().close()
     failures = tuple(CompileFailure(i.name, c.result.log) for i, c in done if not c.result.ok)
     return CompileSummary(instances=len(done), compiled=len(done) - len(failures),
                           cached=sum(c.cached for _, c in done), failures=failures,

@@ -15,7 +15,7 @@ from farm.gpu.base import (ILLEGAL_ADDRESS, LAUNCH_FAILED, LAUNCH_REJECTED, OTHE
                            CompileResult, Compiler, Device, GpuError, KernelArgs,
                            RuntimeUnavailable)
 
-__all__ = ["available_runtimes", "get_compiler", "open_device", "list_devices", "CompileResult",
+__all__ = ["available_runtimes", "get_compiler", "new_compiler", "open_device", "list_devices", "CompileResult",
            "Compiler", "Device", "GpuError", "KernelArgs", "RuntimeUnavailable",
            "ILLEGAL_ADDRESS", "LAUNCH_FAILED", "LAUNCH_REJECTED", "OUT_OF_MEMORY", "OTHER"]
 
@@ -52,13 +52,19 @@ def _runtime(name: str) -> ModuleType:
                                  f"pip install '{extra}'") from exc
 
 
-@cache
-def get_compiler(target: str) -> Compiler:
-    """The compiler for a target: sm_* -> NVRTC, gfx* -> hipRTC (one per process)."""
+def new_compiler(target: str) -> Compiler:
+    """A new compiler for a target: sm_* -> NVRTC, gfx* -> hipRTC (each compiles one at a time;
+    several compile in parallel). Close it when done."""
     for prefix, (runtime, cls) in _COMPILERS.items():
         if target.startswith(prefix):
             return getattr(_runtime(runtime), cls)()
     raise ValueError(f"unknown target {target!r}: expected sm_* (NVIDIA) or gfx* (AMD)")
+
+
+@cache
+def get_compiler(target: str) -> Compiler:
+    """The process's shared compiler for a target."""
+    return new_compiler(target)
 
 
 def open_device(runtime: str | None = None, ordinal: int = 0) -> Device:

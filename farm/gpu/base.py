@@ -101,6 +101,11 @@ class Compiler(ABC):
             ok, code, log, res, secs = self._worker.run(source, opts, timeout_s)
         return CompileResult(ok, code, log, target, self.name, res, secs)
 
+    def close(self) -> None:
+        """Stop the worker process (a later compile starts a new one)."""
+        with self._lock:
+            self._worker.stop(graceful=True)
+
 
 _ARG_FORMATS = dict(ptr="Q", u64="Q", i64="q", i32="i", u32="I", f32="f", f64="d")
 
