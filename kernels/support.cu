@@ -17,10 +17,29 @@ extern "C" __global__ void fill_random(elem_t* out, u64 n, u32 seed, float scale
   }
 }
 
+#ifdef FARM_HIP
+#define WARP 64
+__device__ __forceinline__ double shfl_down(double v, int d) { return __shfl_down(v, d); }
+__device__ __forceinline__ float shfl_down(float v, int d) { return __shfl_down(v, d); }
+__device__ __forceinline__ u32 shfl_down(u32 v, int d) { return __shfl_down(v, d); }
+#else
+#define WARP 32
+__device__ __forceinline__ double shfl_down(double v, int d) {
+  return __shfl_down_sync(0xffffffffu, v, d);
+}
+__device__ __forceinline__ float shfl_down(float v, int d) {
+  return __shfl_down_sync(0xffffffffu, v, d);
+}
+__device__ __forceinline__ u32 shfl_down(u32 v, int d) {
+  return __shfl_down_sync(0xffffffffu, v, d);
+}
+#endif
+
 // acc[0] += sum (out - ref)^2, acc[1] += sum ref^2; stats[0] = max |out - ref| and
 // stats[2] = max |ref| (float bits); stats[1] = count of elements of out that are NaN or infinite.
-extern "C" __global__ void compare(const elem_t* out, const float* ref, u64 n, double* acc,
-                                   u32* stats) {
+// Reduced per warp, then per block, so each block makes one atomic per statistic.
+extern "C" __global__ void __launch_bounds__(256)
+compare(const elem_t* out, const float* ref, u64 n, double* acc, u32* stats) {
   double d2 = 0.0, r2 = 0.0;
   float worst = 0.0f, peak = 0.0f;
   u32 bad = 0;
@@ -34,9 +53,30 @@ extern "C" __global__ void compare(const elem_t* out, const float* ref, u64 n, d
     r2 += (double)r * r;
     worst = fmaxf(worst, fabsf(d));
   }
-  atomicAdd(&acc[0], d2);
-  atomicAdd(&acc[1], r2);
-  atomicMax(&stats[0], __float_as_uint(worst));  // non-negative floats order like their bits
-  atomicMax(&stats[2], __float_as_uint(peak));
-  if (bad) atomicAdd(&stats[1], bad);
+  for (int step = WARP / 2; step > 0; step /= 2) {
+    d2 += shfl_down(d2, step);
+    r2 += shfl_down(r2, step);
+    worst = fmaxf(worst, shfl_down(worst, step));
+    peak = fmaxf(peak, shfl_down(peak, step));
+    bad += shfl_down(bad, step);
+  }
+  __shared__ double sd2[256 / WARP], sr2[256 / WARP];
+  __shared__ float sworst[256 / WARP], speak[256 / WARP];
+  __shared__ u32 sbad[256 / WARP];
+  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+  if (lane == 0) {
+    sd2[warp] = d2; sr2[warp] = r2; sworst[warp] = worst; speak[warp] = peak; sbad[warp] = bad;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < (int)(blockDim.x / WARP); ++w) {
+      d2 += sd2[w]; r2 += sr2[w]; bad += sbad[w];
+      worst = fmaxf(worst, sworst[w]); peak = fmaxf(peak, speak[w]);
+    }
+    atomicAdd(&acc[0], d2);
+    atomicAdd(&acc[1], r2);
+    atomicMax(&stats[0], __float_as_uint(worst));  // non-negative floats order like their bits
+    atomicMax(&stats[2], __float_as_uint(peak));
+    if (bad) atomicAdd(&stats[1], bad);
+  }
 }
