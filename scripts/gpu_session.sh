@@ -14,6 +14,10 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 FARM_CODE_CACHE=/tmp/farm-code
+for op in conv2d_fwd conv2d_bwd_data conv2d_bwd_weight; do   # warm the code cache in parallel
+  python3 -m farm.cli compile --op $op --target sm_90a --dtype bf16 --dtype fp16 --dtype fp32 \
+      -j "$(nproc)" 2>&1 | tail -3
+done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests} 2>&1 | tee "$out/gpu_tests.log" | tail -40
 for name in "$@"; do
