@@ -90,28 +90,34 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     worker = GpuWorker()
-    policy = TimingPolicy()
-    figures = {"policy": policy.model_dump(), "pairs": []}
-    print(f"{'target':>7} {'median_us':>10} {'samples':>8} {'wall_us':>10} {'timed_us':>10} "
-          f"{'overhead':>8} {'spread_of_medians':>17}")
-    for target in TARGETS_US:
-        problem = calibrate(worker, target, TimingPolicy(min_repeats=5, max_repeats=20))
-        rows = run_pair(worker, problem, policy)
-        medians = np.array([r.median_us for _, r in rows])
-        walls = np.array([w for w, _ in rows])
-        timed = np.array([r.median_us * r.samples for _, r in rows])
-        entry = {"target_us": target, "problem": problem.label(),
-                 "median_us": float(np.median(medians)), "samples": [r.samples for _, r in rows],
-                 "wall_us_per_pair": float(np.median(walls)),
-                 "timed_us_per_pair": float(np.median(timed)),
-                 "overhead_ratio": float(np.median(walls / timed)),
-                 "spread_of_medians": float((medians.max() - medians.min()) / np.median(medians)),
-                 "within_pair_spread": float(np.median([r.spread for _, r in rows])),
-                 "clock_dropped": any(r.telemetry.get("clock_dropped") for _, r in rows)}
-        figures["pairs"].append(entry)
-        print(f"{target:>7} {entry['median_us']:>10.2f} {int(np.median(entry['samples'])):>8} "
-              f"{entry['wall_us_per_pair']:>10.0f} {entry['timed_us_per_pair']:>10.0f} "
-              f"{entry['overhead_ratio']:>8.2f} {entry['spread_of_medians']:>17.4f}")
+    figures = {"policies": {}, "pairs": []}
+    print(f"{'flush':>5} {'target':>7} {'median_us':>10} {'samples':>8} {'wall_us':>10} "
+          f"{'timed_us':>10} {'overhead':>8} {'spread_of_medians':>17}")
+    problems = {t: calibrate(worker, t, TimingPolicy(min_repeats=5, max_repeats=20))
+                for t in TARGETS_US}
+    for factor in (2.0, 1.0):
+        policy = TimingPolicy(flush_factor=factor)
+        figures["policies"][str(factor)] = policy.model_dump()
+        for target, problem in problems.items():
+            rows = run_pair(worker, problem, policy)
+            medians = np.array([r.median_us for _, r in rows])
+            walls = np.array([w for w, _ in rows])
+            timed = np.array([r.median_us * r.samples for _, r in rows])
+            entry = {"flush_factor": factor, "target_us": target, "problem": problem.label(),
+                     "median_us": float(np.median(medians)),
+                     "samples": [r.samples for _, r in rows],
+                     "wall_us_per_pair": float(np.median(walls)),
+                     "timed_us_per_pair": float(np.median(timed)),
+                     "overhead_ratio": float(np.median(walls / timed)),
+                     "spread_of_medians": float((medians.max() - medians.min())
+                                                / np.median(medians)),
+                     "within_pair_spread": float(np.median([r.spread for _, r in rows])),
+                     "clock_dropped": any(r.telemetry.get("clock_dropped") for _, r in rows)}
+            figures["pairs"].append(entry)
+            print(f"{factor:>5} {target:>7} {entry['median_us']:>10.2f} "
+                  f"{int(np.median(entry['samples'])):>8} {entry['wall_us_per_pair']:>10.0f} "
+                  f"{entry['timed_us_per_pair']:>10.0f} {entry['overhead_ratio']:>8.2f} "
+                  f"{entry['spread_of_medians']:>17.4f}")
     figures["flush_check"] = flush_check(worker)
     print("flush check (24 MiB read, median us):", figures["flush_check"])
     path = write_result("measure_overhead", worker.fingerprint, figures, args.out)

@@ -226,5 +226,16 @@ def query_timings(
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+def _cluster_commands() -> None:
+    from farm.cluster import cli as cluster_cli
+
+    app.command("run")(cluster_cli.run)
+    app.command("workers")(cluster_cli.workers)
+    app.command("record")(cluster_cli.record)
+    app.command("demo")(cluster_cli.demo)
+
+
+_cluster_commands()
+
 if __name__ == "__main__":
     app()

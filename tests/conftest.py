@@ -36,3 +36,15 @@ def db_url(request) -> str:
     """Each test that takes this runs once on SQLite and once on PostgreSQL."""
     name = "sqlite_url" if request.param == "sqlite" else "pg_url"
     return request.getfixturevalue(name)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """One local Ray per test module (it takes seconds to start); yields its GCS address.
+    Compile tasks and measure actors share one compile cache folder for the session."""
+    import ray
+
+    os.environ.setdefault("FARM_CODE_CACHE", str(tmp_path_factory.getbasetemp() / "code-cache"))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()

@@ -169,6 +169,26 @@ class MeasurementHistory(MeasurementFields, Base):
     archived_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class Worker(Base):
+    """A measure process of a coordinator (one per GPU, or a replay stand-in) and what it is
+    doing; the coordinator keeps these rows current for `farm workers`."""
+
+    __tablename__ = "workers"
+    name: Mapped[str] = mapped_column(String(160), primary_key=True)
+    coordinator: Mapped[str] = mapped_column(String(128), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # gpu | replay
+    node: Mapped[str] = mapped_column(String(64))
+    gpu_name: Mapped[str] = mapped_column(String(160))
+    arch: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16))  # starting | idle | measuring | restarting | stopped
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    measuring: Mapped[str | None] = mapped_column(String(400))
+    pairs_done: Mapped[int] = mapped_column(Integer, default=0)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Artifact(Base):
     """A compiled code object, addressed by the hash of what produced it."""
 

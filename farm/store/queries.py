@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, func, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Engine, exists, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from farm.problems import CONV_FIELDS, ConvProblem
 from farm.store.models import (Environment, Job, JobProblem, Kernel, Measurement,
-                               MeasurementHistory, Problem, utcnow)
+                               MeasurementHistory, Problem, Worker, utcnow)
 
 JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 MEASUREMENT_STATES = ("ok", "compile_error", "launch_error", "timeout", "wrong_result",
@@ -21,11 +22,16 @@ MEASUREMENT_STATES = ("ok", "compile_error", "launch_error", "timeout", "wrong_r
 FAILED_STATES = tuple(s for s in MEASUREMENT_STATES if s != "ok")
 MEASUREMENT_FIELDS = ("status", "median_us", "min_us", "max_us", "p90_us", "samples", "spread",
                       "tflops", "gbps", "verify_error", "message", "policy", "telemetry")
+CLAIM_LOCK = 0x6661726D  # PostgreSQL advisory lock key that serializes job claims ("farm")
 _PROBLEM_COLUMNS = {f: f.lower() if len(f) == 1 else f for f in CONV_FIELDS}
 
 
 class NotFound(LookupError):
     """A job, model or row that the caller named does not exist."""
+
+
+class JobStopped(RuntimeError):
+    """A coordinator's claim on a job ended: it was cancelled or another coordinator took it."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,23 @@ class JobSummary:
     @property
     def finished_pairs(self) -> int:
         return self.done_pairs + self.failed_pairs + self.cached_pairs
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    name: str
+    coordinator: str
+    kind: str
+    node: str
+    gpu_name: str
+    arch: str
+    state: str
+    job_id: int | None
+    measuring: str | None
+    pairs_done: int
+    restarts: int
+    started_at: dt.datetime
+    updated_at: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -175,12 +198,15 @@ class Queries:
     def count_rows(self, table: str) -> int:
         """Rows in one of the farm's tables (for checks and summaries)."""
         model = {m.__tablename__: m for m in (Job, Problem, JobProblem, Kernel, Measurement,
-                                               MeasurementHistory, Environment)}[table]
+                                               MeasurementHistory, Environment, Worker)}[table]
         with self.session() as session:
             return session.scalar(select(func.count()).select_from(model)) or 0
 
     # Environments, kernels and measurements ------------------------------------------------
     def environment_id(self, fingerprint: str, **fields: Any) -> int:
+        return _retry_race(lambda: self._environment_id(fingerprint, **fields))
+
+    def _environment_id(self, fingerprint: str, **fields: Any) -> int:
         with self.session.begin() as session:
             found = session.scalar(select(Environment.id)
                                    .where(Environment.fingerprint == fingerprint))
@@ -194,6 +220,9 @@ class Queries:
     def kernel_ids(self, kernels: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Ids for kernel records (key, family, operator, name, config, source_hash)."""
         kernels = list(kernels)
+        return _retry_race(lambda: self._kernel_ids(kernels))
+
+    def _kernel_ids(self, kernels: list[dict[str, Any]]) -> dict[str, int]:
         with self.session.begin() as session:
             found = dict(session.execute(select(Kernel.key, Kernel.id).where(
                 Kernel.key.in_({k["key"] for k in kernels}))).all())
@@ -207,26 +236,172 @@ class Queries:
 
     def record_measurements(self, rows: Sequence[dict[str, Any]]) -> None:
         """Insert or replace measurements in one transaction; replaced rows go to history."""
-        for row in rows:
-            if row["status"] not in MEASUREMENT_STATES:
-                raise ValueError(f"unknown measurement status {row['status']!r}")
+        with self.session.begin() as session:
+            _write_measurements(session, rows)
+
+    # The coordinator's queue: claims, heartbeats, guarded writes, workers --------------------
+    def running_claims(self) -> list[tuple[int, str]]:
+        """(job id, claimed_by) of every running job."""
+        with self.session() as session:
+            return [tuple(r) for r in session.execute(
+                select(Job.id, Job.claimed_by).where(Job.status == "running"))]
+
+    def claim_job(self, claimer: str, stale_before: dt.datetime,
+                  dead_claimers: Sequence[str] = (),
+                  only: Sequence[int] | None = None) -> int | None:
+        """Take the queued job of highest priority (oldest first), or a running one whose
+        coordinator is dead or silent since `stale_before` (of `only` these jobs if given);
+        None when there is none. A job sharing a problem with another running job waits, so
+        two coordinators never measure one pair at once. Safe between coordinators: the
+        conditional UPDATE takes a job only if it is still claimable (compare and swap),
+        inside SQLite's write lock or, on PostgreSQL, a transaction-scoped advisory lock."""
+        mine, theirs, other = aliased(JobProblem), aliased(JobProblem), aliased(Job)
+        overlapping = exists().where(mine.job_id == Job.id, theirs.problem_id == mine.problem_id,
+                                     theirs.job_id == other.id, other.status == "running",
+                                     other.id != Job.id)
+        claimable = ((Job.status == "queued") | ((Job.status == "running") & (
+            (Job.updated_at < stale_before) | Job.claimed_by.in_(list(dead_claimers)))))
+        claimable = claimable & ~overlapping
+        if only is not None:
+            claimable = claimable & Job.id.in_(list(only))
+        for _ in range(5):
+            with self.session.begin() as session:
+                if session.bind.dialect.name == "postgresql":  # one claim at a time
+                    session.execute(select(func.pg_advisory_xact_lock(CLAIM_LOCK)))
+                job_id = session.scalar(select(Job.id).where(claimable)
+                                        .order_by(Job.priority.desc(), Job.id).limit(1)
+                                        .with_for_update(skip_locked=True))
+                if job_id is None:
+                    return None
+                now = utcnow()
+                taken = session.execute(update(Job).where(Job.id == job_id, claimable).values(
+                    status="running", claimed_by=claimer, updated_at=now, finished_at=None,
+                    started_at=func.coalesce(Job.started_at, now)))
+                if taken.rowcount == 1:
+                    return job_id
+        return None
+
+    def _guard(self, session: Session, job_id: int, claimer: str, **values: Any) -> None:
+        """Update a job this coordinator holds; JobStopped if it no longer does."""
+        done = session.execute(update(Job).where(
+            Job.id == job_id, Job.claimed_by == claimer, Job.status == "running")
+            .values(updated_at=utcnow(), **values))
+        if done.rowcount != 1:
+            job = session.get(Job, job_id)
+            why = ("deleted" if job is None else job.status if job.status != "running"
+                   else f"claimed by {job.claimed_by}")
+            raise JobStopped(f"job {job_id} is {why}")
+
+    def heartbeat(self, job_id: int, claimer: str, **counters: int) -> None:
+        """Say the claimer is alive (and set counters); JobStopped if the claim has ended."""
+        with self.session.begin() as session:
+            self._guard(session, job_id, claimer, **counters)
+
+    def record_results(self, job_id: int, claimer: str, rows: Sequence[dict[str, Any]],
+                       done: int, failed: int) -> None:
+        """Write a job's measurements and advance its counters in one transaction, only
+        while `claimer` holds the job (JobStopped otherwise, and nothing is written)."""
+        with self.session.begin() as session:
+            self._guard(session, job_id, claimer, done_pairs=Job.done_pairs + done,
+                        failed_pairs=Job.failed_pairs + failed)
+            _write_measurements(session, rows)
+
+    def finish_job(self, job_id: int, claimer: str, status: str,
+                   error: str | None = None) -> None:
+        """End a held job: done or failed; `queued` hands it back (finished pairs stay)."""
+        values: dict[str, Any] = {"status": status, "error": error}
+        if status == "queued":
+            values["claimed_by"] = None
+        else:
+            values["finished_at"] = utcnow()
+        with self.session.begin() as session:
+            self._guard(session, job_id, claimer, **values)
+
+    def job_problem_ids(self, job_id: int) -> list[tuple[int, ConvProblem]]:
+        with self.session() as session:
+            rows = session.scalars(select(Problem).join(JobProblem)
+                                   .where(JobProblem.job_id == job_id)
+                                   .order_by(JobProblem.position))
+            return [(row.id, problem_record(row)) for row in rows]
+
+    def finished_pairs(self, problem_ids: Iterable[int], environment_ids: Iterable[int]
+                       ) -> list[tuple[int, int, str, int | None]]:
+        """(kernel id, problem id, status, job id) of the measurements of these problems in
+        these environments."""
+        query = select(Measurement.kernel_id, Measurement.problem_id, Measurement.status,
+                       Measurement.job_id).where(
+            Measurement.problem_id.in_(set(problem_ids)),
+            Measurement.environment_id.in_(set(environment_ids)))
+        with self.session() as session:
+            return [tuple(r) for r in session.execute(query)]
+
+    def save_workers(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert or update worker rows (by name)."""
         with self.session.begin() as session:
             for row in rows:
-                existing = session.scalar(select(Measurement).where(
-                    Measurement.kernel_id == row["kernel_id"],
-                    Measurement.problem_id == row["problem_id"],
-                    Measurement.environment_id == row["environment_id"]))
-                if existing is None:
-                    session.add(Measurement(**row))
-                    continue
-                session.add(MeasurementHistory(
-                    measurement_id=existing.id, kernel_id=existing.kernel_id,
-                    problem_id=existing.problem_id, environment_id=existing.environment_id,
-                    job_id=existing.job_id, created_at=existing.created_at,
-                    **{f: getattr(existing, f) for f in MEASUREMENT_FIELDS}))
-                for field, value in row.items():
-                    setattr(existing, field, value)
-                existing.created_at = utcnow()
+                worker = session.get(Worker, row["name"])
+                if worker is None:
+                    session.add(Worker(**row))
+                else:
+                    for field, value in row.items():
+                        setattr(worker, field, value)
+
+    def stop_workers(self, coordinator: str) -> None:
+        with self.session.begin() as session:
+            session.execute(update(Worker).where(Worker.coordinator == coordinator).values(
+                state="stopped", measuring=None, updated_at=utcnow()))
+
+    def workers(self, include_stopped: bool = False) -> list[WorkerSummary]:
+        query = select(Worker).order_by(Worker.coordinator, Worker.name)
+        if not include_stopped:
+            query = query.where(Worker.state != "stopped")
+        with self.session() as session:
+            return [WorkerSummary(**{f: getattr(w, f) for f in WorkerSummary.__dataclass_fields__})
+                    for w in session.scalars(query)]
+
+    def recorded_rows(self, job_ids: Sequence[int]) -> pd.DataFrame:
+        """Every measurement of these jobs with its kernel, problem and environment, for a
+        recording: identities in full, JSON fields as they are stored."""
+        query = (select(*[getattr(Measurement, f) for f in MEASUREMENT_FIELDS],
+                        Measurement.job_id, Kernel.key.label("kernel_key"), Kernel.family,
+                        Kernel.name.label("instance"), Kernel.operator, Kernel.config,
+                        Kernel.source_hash, Problem.key.label("problem_key"), Problem.dtype,
+                        Problem.layout,
+                        *[getattr(Problem, c).label(f) for f, c in _PROBLEM_COLUMNS.items()],
+                        Environment.fingerprint.label("env_fingerprint"),
+                        Environment.replay_of.label("env_replay_of"))
+                 .join(Kernel, Measurement.kernel_id == Kernel.id)
+                 .join(Problem, Measurement.problem_id == Problem.id)
+                 .join(Environment, Measurement.environment_id == Environment.id)
+                 .where(Measurement.job_id.in_(list(job_ids))).order_by(Measurement.id))
+        with self.session() as session:
+            rows = session.execute(query).mappings().all()
+        return pd.DataFrame([dict(r) for r in rows])
+
+    def job_results(self, job_id: int, environment_ids: Iterable[int]) -> pd.DataFrame:
+        """The measurements of a job's problems in these environments (whichever job made
+        them): status, timings, kernel family and name, problem fields."""
+        query = (select(Measurement.status, Measurement.median_us, Measurement.tflops,
+                        Measurement.message, Measurement.job_id, Kernel.family,
+                        Kernel.name.label("kernel"), Problem.key.label("problem_key"),
+                        *[getattr(Problem, c).label(f) for f, c in _PROBLEM_COLUMNS.items()])
+                 .join(Kernel, Measurement.kernel_id == Kernel.id)
+                 .join(Problem, Measurement.problem_id == Problem.id)
+                 .join(JobProblem, (JobProblem.problem_id == Problem.id)
+                       & (JobProblem.job_id == job_id))
+                 .where(Measurement.environment_id.in_(list(environment_ids)))
+                 .order_by(JobProblem.position, Measurement.id))
+        with self.engine.connect() as conn:
+            return pd.read_sql(query, conn)
+
+    def environment(self, fingerprint: str) -> dict[str, Any]:
+        """An environment's fields by fingerprint (NotFound if there is none)."""
+        with self.session() as session:
+            env = session.scalar(select(Environment).where(Environment.fingerprint == fingerprint))
+            if env is None:
+                raise NotFound(f"no environment {fingerprint}")
+            return {c: getattr(env, c) for c in ("fingerprint", "gpu_name", "arch", "sm_count",
+                    "driver", "compiler", "runtime", "farm_version", "replay_of", "details")}
 
     def timings(self, where: TimingFilter) -> pd.DataFrame:
         """Historical timings joined with their kernel, problem and environment."""
@@ -267,6 +442,43 @@ class Queries:
             query = query.limit(where.limit)
         with self.engine.connect() as conn:
             return pd.read_sql(query, conn)
+
+
+def _retry_race(insert: Any) -> Any:
+    """Run a select-or-insert; if another process inserted the same key meanwhile, once more."""
+    try:
+        return insert()
+    except IntegrityError:
+        return insert()
+
+
+def _write_measurements(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    for row in rows:
+        if row["status"] not in MEASUREMENT_STATES:
+            raise ValueError(f"unknown measurement status {row['status']!r}")
+    if not rows:
+        return
+    found = session.scalars(select(Measurement).where(
+        Measurement.problem_id.in_({r["problem_id"] for r in rows}),
+        Measurement.kernel_id.in_({r["kernel_id"] for r in rows}),
+        Measurement.environment_id.in_({r["environment_id"] for r in rows})))
+    existing = {(m.kernel_id, m.problem_id, m.environment_id): m for m in found}
+    for row in rows:
+        old = existing.get((row["kernel_id"], row["problem_id"], row["environment_id"]))
+        if old is None:
+            new = Measurement(**row)
+            session.add(new)
+            existing[(row["kernel_id"], row["problem_id"], row["environment_id"])] = new
+            continue
+        if old.id is None:
+            session.flush()  # added earlier in this batch: it needs its id to be archived
+        session.add(MeasurementHistory(
+            measurement_id=old.id, kernel_id=old.kernel_id, problem_id=old.problem_id,
+            environment_id=old.environment_id, job_id=old.job_id, created_at=old.created_at,
+            **{f: getattr(old, f) for f in MEASUREMENT_FIELDS}))
+        for field, value in row.items():
+            setattr(old, field, value)
+        old.created_at = utcnow()
 
 
 def problem_record(row: Problem) -> ConvProblem:
