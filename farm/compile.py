@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,7 +61,7 @@ class FolderCache:
         for suffix, data in ((".bin", result.code), (".json", json.dumps(
                 {"log": result.log, "target": result.target, "compiler": result.compiler,
                  "resources": result.resources}).encode())):
-            tmp = self.folder / f"{key}{suffix}.{os.getpid()}.tmp"
+            tmp = self.folder / f"{key}{suffix}.{os.getpid()}.{threading.get_ident()}.tmp"
             tmp.write_bytes(data)
             tmp.replace(self.folder / f"{key}{suffix}")
 

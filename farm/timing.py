@@ -19,7 +19,7 @@ class TimingPolicy(BaseModel):
                              description="stop once the median's 95% confidence interval is "
                                          "narrower than this, relative, on each side")
     flush_l2: bool = Field(True, description="overwrite the L2 cache before each timed launch")
-    flush_factor: float = Field(2.0, ge=1.0, le=8.0,
+    flush_factor: float = Field(1.0, ge=1.0, le=8.0,
                                 description="bytes written by each flush, in L2 sizes")
     timeout_s: float = Field(10.0, gt=0, description="a launch running longer is a timeout")
 

@@ -61,7 +61,8 @@ def worker():
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("op", CONV_OPERATORS)
 def test_every_instance_is_right_on_every_shape(worker, op, dtype):
-    families = [f for f in families_for(op) if f.name not in ("conv_naive", "vendor")]
+    families = [f for f in families_for(op)
+                if f.name not in ("conv_naive", "vendor", "conv_faulty")]
     instances = [i for f in families for i in f.instances(op, dtype)]
     failures, statuses = [], Counter()
     for shape in EDGES + random_shapes(12):
