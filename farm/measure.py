@@ -75,13 +75,14 @@ def median_ci(times_us: list[float]) -> float:
     return (float(arr[high]) - float(arr[low])) / 2 / median if median > 0 else 0.0
 
 
-def wait(device: Device, timeout_s: float) -> None:
-    """Return once the device is idle; raise DeviceLost if it is still busy after timeout_s.
-    Polls with sleeps of at most 0.2 ms, so a hung kernel cannot block us and a finished batch
-    is noticed promptly."""
+def wait(device: Device, timeout_s: float, event: Any = None) -> None:
+    """Return once the device is idle (or `event` has completed); raise DeviceLost if that has
+    not happened after timeout_s. Polls with sleeps of at most 0.2 ms, so a hung kernel cannot
+    block us and finished work is noticed promptly."""
+    done = device.idle if event is None else (lambda: device.event_done(event))
     start = time.perf_counter()
     pause = 0.0
-    while not device.idle():
+    while not done():
         waited = time.perf_counter() - start
         if waited > timeout_s:
             raise DeviceLost(f"timeout: the kernel did not finish within {timeout_s:g} s")
@@ -238,9 +239,9 @@ def _time(bench: ProblemBench, runnable: Runnable, policy: TimingPolicy, policy_
             device.event_record(begin)
             runnable.enqueue()
             device.event_record(end)
-        wait(device, policy.timeout_s)
-        times += [1000.0 * device.event_elapsed_ms(b, e)
-                  for b, e in events[len(times):len(times) + batch]]
+        for begin, end in events[len(times):len(times) + batch]:
+            wait(device, policy.timeout_s, end)  # read each repeat while later ones still run
+            times.append(1000.0 * device.event_elapsed_ms(begin, end))
         stats = summarize(times)
         spent_ms = 1000.0 * (time.perf_counter() - start)
         if (len(times) >= policy.max_repeats or median_ci(times) <= policy.target_ci

@@ -9,7 +9,8 @@ if TYPE_CHECKING:
     from kernels.family import KernelFamily
     from kernels.operator import OperatorSpec
 
-FAMILY_MODULES: tuple[str, ...] = ("kernels.conv.naive", "kernels.conv.igemm", "kernels.vendor")
+FAMILY_MODULES: tuple[str, ...] = ("kernels.conv.naive", "kernels.conv.igemm", "kernels.conv.direct",
+                                   "kernels.vendor")
 _FAMILIES: dict[str, KernelFamily] = {}
 
 

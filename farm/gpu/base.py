@@ -195,6 +195,10 @@ class Device(ABC):
     def synchronize(self) -> None: ...
 
     @abstractmethod
+    def event_done(self, event: Any) -> bool:
+        """True once the work queued before `event` has finished (raises GpuError on failure)."""
+
+    @abstractmethod
     def idle(self) -> bool:
         """True once all queued work has finished (raises GpuError if some of it failed)."""
 

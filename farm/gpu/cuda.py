@@ -292,6 +292,13 @@ class CudaDevice(Device):
     def synchronize(self) -> None:
         _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
 
+    def event_done(self, event: Any) -> bool:
+        (err,) = driver.cuEventQuery(event)
+        if err == driver.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _check((err,), "cuEventQuery")
+        return True
+
     def idle(self) -> bool:
         (err,) = driver.cuStreamQuery(0)
         if err == driver.CUresult.CUDA_ERROR_NOT_READY:

@@ -291,6 +291,13 @@ class HipDevice(Device):
     def synchronize(self) -> None:
         _check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
 
+    def event_done(self, event: Any) -> bool:
+        (err,) = hip.hipEventQuery(event)
+        if err == hip.hipError_t.hipErrorNotReady:
+            return False
+        _check((err,), "hipEventQuery")
+        return True
+
     def idle(self) -> bool:
         (err,) = hip.hipStreamQuery(None)
         if err == hip.hipError_t.hipErrorNotReady:
