@@ -210,7 +210,7 @@ class Device(ABC):
 
     def flush_l2(self, factor: float = 2.0) -> None:
         """Overwrite the L2 cache: an asynchronous memset of `factor` times its size."""
-        nbytes = max(int(factor * self.l2_bytes), 1 << 20)
+        nbytes = max(int(factor * self.l2_bytes) // 256 * 256, 1 << 20)
         if getattr(self, "_flush_bytes", 0) < nbytes:
             if getattr(self, "_flush_ptr", None) is not None:
                 self.free(self._flush_ptr)

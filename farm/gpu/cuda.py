@@ -253,7 +253,14 @@ class CudaDevice(Device):
         return out
 
     def memset(self, ptr: int, byte: int, nbytes: int, asynchronous: bool = False) -> None:
-        if asynchronous:
+        """Word-wide (D32) when aligned: byte-wide memsets write at well under full bandwidth."""
+        if ptr % 4 == 0 and nbytes % 4 == 0:
+            word = byte * 0x01010101
+            if asynchronous:
+                _check(driver.cuMemsetD32Async(ptr, word, nbytes // 4, 0), "cuMemsetD32Async")
+            else:
+                _check(driver.cuMemsetD32(ptr, word, nbytes // 4), "cuMemsetD32")
+        elif asynchronous:
             _check(driver.cuMemsetD8Async(ptr, byte, nbytes, 0), "cuMemsetD8Async")
         else:
             _check(driver.cuMemsetD8(ptr, byte, nbytes), "cuMemsetD8")

@@ -257,7 +257,14 @@ class HipDevice(Device):
         return out
 
     def memset(self, ptr: int, byte: int, nbytes: int, asynchronous: bool = False) -> None:
-        if asynchronous:
+        """Word-wide (D32) when aligned: byte-wide memsets write at well under full bandwidth."""
+        if ptr % 4 == 0 and nbytes % 4 == 0:
+            word = byte * 0x01010101
+            if asynchronous:
+                _check(hip.hipMemsetD32Async(ptr, word, nbytes // 4, None), "hipMemsetD32Async")
+            else:
+                _check(hip.hipMemsetD32(ptr, word, nbytes // 4), "hipMemsetD32")
+        elif asynchronous:
             _check(hip.hipMemsetD8Async(ptr, byte, nbytes, None), "hipMemsetD8Async")
         else:
             _check(hip.hipMemsetD8(ptr, byte, nbytes), "hipMemsetD8")
