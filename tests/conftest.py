@@ -44,7 +44,10 @@ def ray_cluster(tmp_path_factory):
     Compile tasks and measure actors share one compile cache folder for the session."""
     import ray
 
-    os.environ.setdefault("FARM_CODE_CACHE", str(tmp_path_factory.getbasetemp() / "code-cache"))
+    before = os.environ.get("FARM_CODE_CACHE")
+    os.environ["FARM_CODE_CACHE"] = before or str(tmp_path_factory.getbasetemp() / "code-cache")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
+    if before is None:
+        del os.environ["FARM_CODE_CACHE"]

@@ -264,7 +264,7 @@ class Queries:
         claimable = claimable & ~overlapping
         if only is not None:
             claimable = claimable & Job.id.in_(list(only))
-        for _ in range(5):
+        while True:  # a lost race means another coordinator took that job: try the next
             with self.session.begin() as session:
                 if session.bind.dialect.name == "postgresql":  # one claim at a time
                     session.execute(select(func.pg_advisory_xact_lock(CLAIM_LOCK)))
@@ -279,7 +279,6 @@ class Queries:
                     started_at=func.coalesce(Job.started_at, now)))
                 if taken.rowcount == 1:
                     return job_id
-        return None
 
     def _guard(self, session: Session, job_id: int, claimer: str, **values: Any) -> None:
         """Update a job this coordinator holds; JobStopped if it no longer does."""
@@ -349,7 +348,7 @@ class Queries:
     def stop_workers(self, coordinator: str) -> None:
         with self.session.begin() as session:
             session.execute(update(Worker).where(Worker.coordinator == coordinator).values(
-                state="stopped", measuring=None, updated_at=utcnow()))
+                state="stopped", job_id=None, measuring=None, updated_at=utcnow()))
 
     def workers(self, include_stopped: bool = False) -> list[WorkerSummary]:
         query = select(Worker).order_by(Worker.coordinator, Worker.name)

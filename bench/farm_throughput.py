@@ -1,0 +1,108 @@
+"""The farm's throughput on the standard sweep (issue 5), on this machine's GPUs.
+
+1. Compile: every instance of the sweep compiled cold (an empty cache folder) by Ray compile
+   tasks on every CPU core: instances per second per core.
+2. Measure: the sweep on 1 GPU, then on all of them (--gpus), each time into a fresh SQLite
+   database (nothing cached) with the compile cache warm: verified (ok) measurements per second
+   per GPU, and the ratio of the GPUs' wall time to the kernels' own timed time (samples x
+   median, summed over the rows).
+3. Speed-up: measurements per second on all GPUs over those on one (target: 1.9 on 2 GPUs).
+Usage: python -m bench.farm_throughput [--out DIR] [--spec FILE ...] [--gpus 1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+
+from bench.common import write_result
+from farm import api
+from farm.cluster import Coordinator, CoordinatorConfig
+from farm.cluster.compiling import Compiles
+from farm.cluster.demo import STANDARD_SWEEP
+from farm.cluster.pairs import select_instances
+from farm.gpu import list_devices
+from farm.specs import load_spec
+from farm.store import TimingFilter, open_store
+from farm.worker import target_of
+from kernels.registry import get_family
+
+
+def compile_cold(specs, target: str, folder: Path) -> dict:
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        compiles = Compiles(target, str(folder))
+        instances = {i.key: i for s in specs for i in select_instances(load_spec(s).spec)}
+        begin = time.monotonic()
+        for instance in instances.values():
+            if get_family(instance.family).compiled:
+                compiles.request(instance)
+        while compiles.running:
+            compiles.poll(1.0)
+        seconds = time.monotonic() - begin
+    finally:
+        ray.shutdown()
+    stats = compiles.stats()
+    cores = os.cpu_count() or 1
+    return {**stats, "cores": cores, "seconds": seconds,
+            "instances_per_s_per_core": stats["instances"] / seconds / cores}
+
+
+def measure(specs, gpus: int, cache: Path, workdir: Path) -> dict:
+    ray.init(num_gpus=gpus, num_cpus=os.cpu_count(), include_dashboard=False,
+             log_to_driver=False)
+    try:
+        store = open_store(f"sqlite:///{workdir / f'farm-{gpus}gpu.db'}")
+        jobs = [api.submit(s, store) for s in specs]
+        outcomes = Coordinator(store, CoordinatorConfig(code_cache=str(cache))).run(
+            until_idle=True, only=jobs)
+    finally:
+        ray.shutdown()
+    seconds = sum(o.seconds for o in outcomes)  # from claim to finish: actor start excluded
+    ok = sum(o.done for o in outcomes)
+    timed_s = 0.0
+    for job in jobs:
+        rows = store.timings(TimingFilter(job_id=job))
+        timed_s += float((rows["samples"] * rows["median_us"]).sum()) / 1e6
+    return {"gpus": gpus, "seconds": seconds, "pairs": sum(o.measured for o in outcomes),
+            "ok": ok, "failed": sum(o.failed for o in outcomes),
+            "ok_per_s_per_gpu": ok / seconds / gpus,
+            "wall_over_timed": seconds * gpus / timed_s if timed_s else None,
+            "statuses": {o.name: o.status for o in outcomes}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out")
+    parser.add_argument("--spec", action="append", type=Path)
+    parser.add_argument("--gpus", default=None, help="GPU counts to compare, e.g. 1,2")
+    args = parser.parse_args()
+    devices = list_devices()
+    if not devices:
+        raise SystemExit("no GPU here: this benchmark measures the farm on real GPUs")
+    specs = tuple(args.spec or STANDARD_SWEEP)
+    counts = [int(c) for c in (args.gpus or f"1,{len(devices)}").split(",")]
+    target = target_of({"arch": devices[0]["arch"]})
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        figures = {"compile": compile_cold(specs, target, work / "code")}
+        print("compile:", figures["compile"], flush=True)
+        runs = []
+        for gpus in dict.fromkeys(counts):
+            runs.append(measure(specs, gpus, work / "code", work))
+            print(f"{gpus} GPU(s):", runs[-1], flush=True)
+    figures["measure"] = runs
+    if len(runs) > 1:
+        figures["speedup"] = (runs[-1]["ok_per_s_per_gpu"] * runs[-1]["gpus"]
+                              / (runs[0]["ok_per_s_per_gpu"] * runs[0]["gpus"]))
+    path = write_result("farm_throughput", devices[0], figures, args.out)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

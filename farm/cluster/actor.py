@@ -1,0 +1,97 @@
+"""The measure actor: one persistent process per GPU (or a replay stand-in) that measures
+batches of one problem's pairs and streams each result back as it is made.
+
+measure_batch is a Ray generator: the coordinator receives every pair's row the moment it is
+measured, so it always knows which pair is in flight. When the worker raises DeviceLost (the
+context is gone: illegal address, hang), the batch yields the failing pair's row, then a
+{"lost": ...} marker, and ends; the process exits shortly after (os._exit) and Ray restarts it
+(max_restarts=-1). The coordinator resends the batch's remaining pairs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from farm.measure import DeviceLost
+from farm.timing import TimingPolicy
+from kernels.family import Instance
+
+EXIT_GRACE_S = 2.0  # time for the last rows to reach the coordinator before the process exits
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a measure actor runs: the GPU Ray gave it, or a recording to replay."""
+
+    kind: str = "gpu"  # gpu | replay
+    recording: str | None = None  # its file name (for messages) ...
+    recording_data: bytes | None = None  # ... and its bytes, so any node can replay it
+    pace_s: float = 0.0
+    code_cache: str | None = None  # the compile cache folder (None: FARM_CODE_CACHE or default)
+
+
+class MeasureActor:
+    """Holds one worker (GpuWorker or ReplayWorker) for the life of the process."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.lost = False
+        if config.kind == "replay":
+            from farm.recording import read_recording
+            from farm.replay import ReplayWorker
+
+            recording = read_recording(config.recording_data, config.recording or "")
+            self.worker = ReplayWorker(recording, pace_s=config.pace_s)
+        else:
+            from farm.compile import FolderCache
+            from farm.worker import GpuWorker
+
+            self.worker = GpuWorker(ordinal=0, cache=FolderCache(config.code_cache))
+
+    def describe(self) -> dict[str, Any]:
+        """Who this process is: its environment, node, pid and whether it is about to exit."""
+        import ray
+
+        env = self.worker.environment
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
+                "kind": self.config.kind, "environment": env.record(),
+                "fingerprint": env.fingerprint, "target": self.worker.target,
+                "lost": self.lost}
+
+    def measure_batch(self, problem: Any, instances: list[Instance], policy: TimingPolicy,
+                      modules: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+        """Yield {"key": instance key, **PairResult.row()} per pair, in order. Ends early with
+        {"lost": message} after a fatal fault, or {"error": message, "key": key or None} when
+        the worker raised anything else (key: the pair it was on; None: the problem itself)."""
+        if self.lost:
+            return  # the process is about to exit; the coordinator resends everything
+        for module in modules:
+            importlib.import_module(module)  # families registered outside the defaults
+        import ray
+
+        context = ray.get_runtime_context()
+        current: list[Instance] = []
+
+        def feed() -> Iterator[Instance]:
+            for instance in instances:
+                if context.is_canceled():
+                    return  # ray.cancel: stop after the pair in hand
+                current[:] = [instance]
+                yield instance
+
+        try:
+            for instance, result in self.worker.measure_problem(problem, feed(), policy):
+                yield {"key": instance.key, **result.row()}
+        except DeviceLost as exc:
+            self.lost = True
+            threading.Timer(EXIT_GRACE_S, os._exit, (1,)).start()
+            yield {"lost": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a worker bug must not lose the batch
+            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            yield {"error": text, "key": current[0].key if current else None}

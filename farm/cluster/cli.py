@@ -1,0 +1,161 @@
+"""The cluster's commands of `farm`: run, workers, record, demo (registered by farm/cli.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from farm.cluster.config import CoordinatorConfig, QuietReporter
+from farm.store import open_store
+from farm.store.models import utcnow
+
+SILENT_S = 60.0  # a worker row older than this belongs to a coordinator that is gone
+_WIDTH = None if sys.stdout.isatty() else 160
+out = Console(width=_WIDTH)
+err = Console(stderr=True, width=_WIDTH)
+
+RayOption = Annotated[Optional[str], typer.Option(
+    "--ray-address", envvar="FARM_RAY_ADDRESS",
+    help="Ray cluster to join (default: start a local Ray in this process)")]
+ReplayOption = Annotated[Optional[Path], typer.Option(
+    "--replay", help="Replay this recording (default on a machine with no GPU: the newest in "
+                     "jobs/recordings/ of --arch)")]
+ActorsOption = Annotated[int, typer.Option("--replay-actors",
+                                           help="Replay actors standing in for GPUs")]
+PaceOption = Annotated[float, typer.Option("--replay-pace",
+                                           help="Seconds per replayed pair (a GPU's pace)")]
+ArchOption = Annotated[Optional[str], typer.Option(
+    "--arch", help="Serve jobs on this architecture (default: the one with the most GPUs)")]
+
+
+def _config(ray_address, replay, replay_actors, replay_pace, arch, **more) -> CoordinatorConfig:
+    return CoordinatorConfig(ray_address=ray_address, replay=str(replay) if replay else None,
+                             replay_actors=replay_actors, replay_pace_s=replay_pace, arch=arch,
+                             **more)
+
+
+def run(until_idle: Annotated[bool, typer.Option(
+            "--until-idle", help="Return when the queue is empty (else serve new jobs)")] = False,
+        job: Annotated[list[int], typer.Option("--job", help="Only these jobs")] = [],
+        ray_address: RayOption = None, replay: ReplayOption = None, replay_actors: ActorsOption = 2,
+        replay_pace: PaceOption = 0.0, arch: ArchOption = None,
+        hang_slack: Annotated[float, typer.Option(
+            help="Seconds beyond 2x the policy's timeout before a silent pair is a hang")] = 60.0,
+        stale_after: Annotated[float, typer.Option(
+            help="Seconds without a heartbeat before another coordinator may take a job")] = 60.0,
+        max_batch: Annotated[int, typer.Option(help="Pairs per batch")] = 64,
+        quiet: Annotated[bool, typer.Option(help="No progress bars")] = False,
+        db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
+    """The coordinator: measure queued jobs on every GPU of the Ray cluster (or replay)."""
+    from farm.cluster.coordinator import Coordinator, NoWorkers
+    from farm.cluster.progress import ProgressBars
+    from farm.recording import RecordingError
+
+    config = _config(ray_address, replay, replay_actors, replay_pace, arch,
+                     hang_slack_s=hang_slack, stale_after_s=stale_after, max_batch=max_batch)
+    from farm.cli import _errors
+
+    with _errors():
+        store = open_store(db)
+    reporter = QuietReporter() if quiet else ProgressBars(err)
+    try:
+        if quiet:
+            outcomes = Coordinator(store, config, reporter).run(until_idle, only=job or None)
+        else:
+            with reporter:
+                outcomes = Coordinator(store, config, reporter).run(until_idle,
+                                                                    only=job or None)
+    except (NoWorkers, RecordingError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        err.print("interrupted: the job in progress went back to the queue")
+        raise typer.Exit(130) from None
+    for o in outcomes:
+        out.print(f"job {o.job_id} {o.name}: {o.status}, {o.done} ok, {o.failed} failed, "
+                  f"{o.cached} cached of {o.total}; {o.measured} measured in {o.seconds:.1f} s"
+                  + (f" ({o.error})" if o.error else ""), highlight=False)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(1)
+
+
+def workers(all_: Annotated[bool, typer.Option("--all", help="Include stopped workers")] = False,
+            db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None
+            ) -> None:
+    """The measure processes (one per GPU): their state and what each is measuring."""
+    from farm.cli import _errors
+
+    with _errors():
+        rows = open_store(db).workers(include_stopped=all_)
+    if not rows:
+        out.print("no workers: `farm run` starts one per GPU" + ("" if all_ else
+                  " (`farm workers --all` shows stopped ones)"))
+        return
+    now = utcnow()
+    table = Table("worker", "kind", "device", "arch", "state", "job", "measuring", "pairs",
+                  "restarts", "seen")
+    for w in rows:
+        seen = now - (w.updated_at if w.updated_at.tzinfo else w.updated_at.replace(
+            tzinfo=now.tzinfo))
+        silent = w.state != "stopped" and seen.total_seconds() > SILENT_S
+        table.add_row(w.name, w.kind, w.gpu_name, w.arch,
+                      f"{w.state} (coordinator silent)" if silent else w.state,
+                      str(w.job_id or ""), w.measuring or "", str(w.pairs_done),
+                      str(w.restarts), f"{seen.total_seconds():.0f} s ago")
+    out.print(table)
+
+
+def record(jobs: Annotated[list[int], typer.Argument(help="Finished job ids")],
+           out_path: Annotated[Path, typer.Option("--out", help="Parquet file to write, e.g. "
+                                                  "jobs/recordings/h100-standard.parquet")],
+           environment: Annotated[Optional[str], typer.Option(
+               help="Environment fingerprint, where the jobs ran in several")] = None,
+           note: Annotated[str, typer.Option(help="A line saying what was recorded")] = "",
+           db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None
+           ) -> None:
+    """Export finished jobs' GPU measurements (with their environment) for the replay device."""
+    from farm.cli import _errors
+    from farm.recording import RecordingError, export_recording, read_recording
+
+    with _errors():
+        store = open_store(db)
+    try:
+        path = export_recording(store, jobs, out_path, environment, note)
+    except RecordingError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    recording = read_recording(path)
+    out.print(f"wrote {len(recording.frame)} pairs of {recording.environment['gpu_name']} "
+              f"({recording.arch}) to {path}", highlight=False)
+
+
+def demo(replay: ReplayOption = None, replay_actors: ActorsOption = 2,
+         replay_pace: PaceOption = 0.0, arch: ArchOption = None,
+         spec: Annotated[list[Path], typer.Option(
+             "--spec", help="Run these specs instead of the standard sweep")] = [],
+         rows: Annotated[int, typer.Option(help="Shapes shown per job")] = 12,
+         ray_address: RayOption = None,
+         db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
+    """The standard sweep end to end on this machine (GPUs, or the replay device), summarized."""
+    from farm.cli import _errors
+    from farm.cluster.coordinator import NoWorkers
+    from farm.cluster.demo import STANDARD_SWEEP, run_demo
+    from farm.cluster.progress import ProgressBars
+    from farm.recording import RecordingError
+
+    config = _config(ray_address, replay, replay_actors, replay_pace, arch)
+    with _errors():
+        store = open_store(db)
+        try:
+            outcomes = run_demo(store, config, out, ProgressBars(err),
+                                tuple(spec) or STANDARD_SWEEP, rows)
+        except (NoWorkers, RecordingError) as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+    if any(o.status != "done" for o in outcomes):
+        raise typer.Exit(1)

@@ -1,0 +1,243 @@
+"""The coordinator (`farm run`): connects to Ray, keeps one measure actor per GPU, claims queued
+jobs by priority and runs them one at a time (farm/cluster/jobrun.py).
+
+Claims are safe between coordinators: a job is taken with a conditional UPDATE (compare and
+swap; on PostgreSQL after SELECT ... FOR UPDATE SKIP LOCKED), the holder renews its claim
+(jobs.updated_at) every heartbeat_s, and it writes rows only in transactions that check it still
+holds the job. A running job whose holder is dead is reclaimable: silent for stale_after_s, or
+at once when the holder ran on this host and its process is gone (claimed_by is
+host:pid:nonce). The new holder resumes it: the rows the job already wrote count as finished,
+so no finished pair is measured twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from farm.cluster.actor import WorkerConfig
+from farm.cluster.compiling import Compiles
+from farm.cluster.config import CoordinatorConfig, NoWorkers, QuietReporter, Reporter
+from farm.cluster.jobrun import JobRun
+from farm.cluster.pairs import plan_job
+from farm.cluster.pool import ActorPool
+from farm.recording import find_recording, recording_meta
+from farm.store import JobStopped, Queries
+from farm.store.models import utcnow
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    job_id: int
+    name: str
+    status: str  # done | failed | cancelled | stopped (taken over)
+    total: int
+    done: int
+    failed: int
+    cached: int
+    measured: int  # rows this coordinator wrote
+    seconds: float
+    error: str | None = None
+
+
+def claimer_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def dead_claimers(claims: list[tuple[int, str]]) -> list[str]:
+    """Claimers of running jobs that ran on this host in a process that no longer exists."""
+    dead = []
+    for _, claimer in claims:
+        host, _, rest = (claimer or "").partition(":")
+        pid = rest.partition(":")[0]
+        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+            dead.append(claimer)
+    return dead
+
+
+def connect_ray(address: str | None = None) -> None:
+    """Join the Ray cluster at `address` or FARM_RAY_ADDRESS, else start Ray in-process."""
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("FARM_RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, log_to_driver=False)
+
+
+class Coordinator:
+    def __init__(self, store: Queries, config: CoordinatorConfig = CoordinatorConfig(),
+                 reporter: Reporter | None = None) -> None:
+        self.store, self.config = store, config
+        self.reporter = reporter or QuietReporter()
+        self.claimer = claimer_id()
+        self.pool: ActorPool | None = None
+        self.compiles: dict[str, Compiles] = {}
+        self.environment_ids: set[int] = set()  # the environments that served jobs
+        self.kind: str | None = None  # gpu | replay, once started
+
+    def worker_config(self) -> WorkerConfig:
+        """GPU actors where the cluster has GPUs, else the replay device (if it can)."""
+        recording = self.config.replay
+        if not recording and ray.cluster_resources().get("GPU", 0) == 0:
+            found = find_recording(self.config.arch)
+            if found is None:
+                raise NoWorkers("no GPU in the Ray cluster and no recording in jobs/recordings/"
+                                " to replay: record one on a GPU machine with `farm record`, or "
+                                "pass --replay FILE")
+            recording = str(found)
+        if recording:
+            meta = recording_meta(recording)
+            env = meta["environment"]
+            label = " (SYNTHETIC: invented numbers, for tests)" if meta.get("synthetic") else ""
+            self.reporter.note(f"replaying {recording}: {env['gpu_name']} ({env['arch']}), "
+                               f"{meta.get('rows', '?')} pairs{label}")
+            return WorkerConfig(kind="replay", recording=str(recording),
+                                recording_data=Path(recording).read_bytes(),
+                                pace_s=self.config.replay_pace_s,
+                                code_cache=self.config.code_cache)
+        return WorkerConfig(kind="gpu", code_cache=self.config.code_cache)
+
+    def start(self) -> None:
+        connect_ray(self.config.ray_address)
+        worker = self.worker_config()
+        self.kind = worker.kind
+        self.pool = ActorPool(self.store, self.claimer, worker, self.config.replay_actors)
+        self.pool.sync()
+        begin = time.monotonic()
+        while time.monotonic() - begin < self.config.start_timeout_s:
+            self.pool.poll()
+            ready, slots = self.pool.ready(), self.pool.slots
+            if slots and (len(ready) == len(slots) or ready and time.monotonic() - begin > 10):
+                break
+            if not slots and self.pool.failures:
+                break
+            time.sleep(0.05)
+        if not self.pool.ready():
+            why = "; ".join(dict.fromkeys(self.pool.failures)) or "none started in time"
+            self.stop()
+            raise NoWorkers(f"no measure actor could start: {why}")
+        self.store.save_workers(self.pool.worker_rows(force=True))
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+        for compiles in self.compiles.values():
+            compiles.cancel()
+        self.store.stop_workers(self.claimer)
+
+    def claim(self, only: list[int] | None = None) -> int | None:
+        stale = utcnow() - dt.timedelta(seconds=self.config.stale_after_s)
+        return self.store.claim_job(self.claimer, stale,
+                                    dead_claimers(self.store.running_claims()), only)
+
+    def run(self, until_idle: bool = False, max_jobs: int | None = None,
+            only: list[int] | None = None) -> list[JobOutcome]:
+        """Serve the queue (or only these jobs): forever, or until it is empty (until_idle) or
+        max_jobs ran."""
+        outcomes: list[JobOutcome] = []
+        self.start()
+        try:
+            while max_jobs is None or len(outcomes) < max_jobs:
+                job_id = self.claim(only)
+                if job_id is not None:
+                    outcomes.append(self.run_job(job_id))
+                    continue
+                if until_idle and not self._waiting(only):
+                    break
+                time.sleep(self.config.poll_s)
+                self.pool.sync()
+                self.pool.poll()
+                self.store.save_workers(self.pool.worker_rows())
+        finally:
+            self.stop()
+        return outcomes
+
+    def _waiting(self, only: list[int] | None) -> bool:
+        """Queued jobs that wait for a running job sharing their problems (until_idle waits)."""
+        return any(j.status == "queued" and (only is None or j.id in only)
+                   for j in self.store.jobs(status="queued", limit=1000))
+
+    def _serving(self) -> tuple[str, str]:
+        """The architecture this job runs on (all its GPUs share it) and its compile target."""
+        ready = self.pool.ready(self.config.arch)
+        begin = time.monotonic()
+        while not ready:  # every actor is restarting, or the cluster lost them: wait for one
+            if time.monotonic() - begin > self.config.start_timeout_s:
+                raise NoWorkers(f"no measure actor became ready in "
+                                f"{self.config.start_timeout_s:g} s")
+            time.sleep(0.1)
+            self.pool.sync()
+            self.pool.poll()
+            ready = self.pool.ready(self.config.arch)
+        arch = self.config.arch or Counter(s.arch for s in ready).most_common(1)[0][0]
+        return arch, next(s.info["target"] for s in ready if s.arch == arch)
+
+    def run_job(self, job_id: int) -> JobOutcome:
+        begin = time.monotonic()
+        job = self.store.job(job_id)
+        run: JobRun | None = None
+        status, error = "done", None
+        try:
+            plan = plan_job(self.store, job_id)
+            arch, target = self._serving()
+            if target not in self.compiles:
+                self.compiles[target] = Compiles(target, self.config.code_cache,
+                                                 self.config.compile_timeout_s)
+            run = JobRun(self.store, self.pool, self.compiles[target], plan, self.claimer,
+                         arch, self.config, self.reporter)
+            self.environment_ids.update(self.pool.environment_ids(arch))
+            run.run()
+            self.store.finish_job(job_id, self.claimer, "done")
+        except JobStopped:
+            status = self.store.job(job_id).status
+            status = "cancelled" if status == "cancelled" else "stopped"
+        except (KeyboardInterrupt, NoWorkers):
+            if run is not None:
+                run.abandon()
+            try:
+                self.store.finish_job(job_id, self.claimer, "queued")  # for the next one
+            except JobStopped:
+                pass
+            raise
+        except Exception as exc:  # noqa: BLE001 - the job fails with the reason, the farm goes on
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            try:
+                self.store.finish_job(job_id, self.claimer, "failed", error=error)
+            except JobStopped:
+                status = "stopped"
+        if run is not None and status != "done":
+            run.abandon()
+        for slot in self.pool.slots:
+            slot.job_id, slot.measuring, slot.changed = None, None, True
+            if slot.environment_id is not None:
+                self.environment_ids.add(slot.environment_id)
+        if run is not None:
+            run.store_workers(force=True)
+        summary = self.store.job(job_id)
+        self.reporter.job_finished(job_id, status, error or "")
+        return JobOutcome(job_id=job_id, name=job.name, status=status,
+                          total=summary.total_pairs, done=summary.done_pairs,
+                          failed=summary.failed_pairs, cached=summary.cached_pairs,
+                          measured=run.measured if run else 0,
+                          seconds=time.monotonic() - begin, error=error)

@@ -1,0 +1,171 @@
+"""Recordings: the measurements of finished jobs on a real GPU as a parquet file with their
+environment (`farm record`), served later by the replay device (farm/replay.py) where that GPU
+is absent.
+
+One row per pair: the kernel's identity (family, instance, kernel_key, operator, dtype, config
+as JSON, source_hash), the problem's (layout, every shape field, problem_key), the measurement
+(status, timings, verification error, message, policy and telemetry as JSON) and `fault` (empty
+in a real recording; tests set "exit" or "hang" so the replay device fails the way a GPU does).
+The file's metadata (key b"farm") holds the environment, the jobs, a note and `synthetic`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from farm.environment import Environment
+from farm.problems import CONV_FIELDS
+from farm.store import NotFound, Queries
+
+FORMAT = 1
+META_KEY = b"farm"
+RECORDINGS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "recordings"
+ENV_FIELDS = ("gpu_name", "arch", "sm_count", "driver", "compiler", "runtime", "farm_version")
+TIMING_FIELDS = ("median_us", "min_us", "max_us", "p90_us", "samples", "spread", "tflops",
+                 "gbps", "verify_error")
+COLUMNS = ("family", "instance", "kernel_key", "operator", "dtype", "config", "source_hash",
+           "layout", *CONV_FIELDS, "problem_key", "status", *TIMING_FIELDS, "message",
+           "policy", "telemetry", "fault")
+
+
+class RecordingError(ValueError):
+    """A recording cannot be written or read; the message says why."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    path: Path
+    environment: dict[str, Any]  # the recorded environment's fields and its fingerprint
+    jobs: tuple[dict[str, Any], ...]
+    note: str
+    synthetic: bool
+    frame: pd.DataFrame
+
+    @property
+    def arch(self) -> str:
+        return str(self.environment["arch"])
+
+
+def replay_environment(environment: dict[str, Any]) -> Environment:
+    """The environment of replayed rows: the recorded device, named and marked as a replay."""
+    return Environment(**{f: environment[f] for f in ENV_FIELDS if f != "gpu_name"},
+                       gpu_name=f"replay of {environment['gpu_name']}",
+                       replay_of=environment["fingerprint"],
+                       details=tuple(sorted((str(k), str(v)) for k, v in
+                                            (environment.get("details") or {}).items())))
+
+
+def write_recording(frame: pd.DataFrame, environment: dict[str, Any], jobs: list[dict], out: Path,
+                    note: str = "", synthetic: bool = False) -> Path:
+    """Write rows (COLUMNS) and their environment (ENV_FIELDS, fingerprint, details)."""
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise RecordingError(f"recording rows lack column(s) {', '.join(missing)}")
+    meta = {"format": FORMAT, "environment": environment, "jobs": jobs, "note": note,
+            "synthetic": synthetic, "rows": len(frame),
+            "recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    table = pa.Table.from_pandas(frame[list(COLUMNS)], preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           META_KEY: json.dumps(meta, default=str).encode()})
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out)
+    return out
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value if value is not None else {}, sort_keys=True)
+
+
+def export_recording(store: Queries, job_ids: list[int], out: Path,
+                     fingerprint: str | None = None, note: str = "") -> Path:
+    """Write the real-GPU measurements of finished jobs to `out` (one environment per file)."""
+    jobs = []
+    for job_id in job_ids:
+        job = store.job(job_id)
+        if job.status != "done":
+            raise RecordingError(f"job {job_id} is {job.status}; record finished (done) jobs")
+        jobs.append({"id": job.id, "name": job.name, "operator": job.operator,
+                     "dtype": job.dtype})
+    rows = store.recorded_rows(job_ids)
+    if len(rows):
+        rows = rows[rows["env_replay_of"].isna()]
+    if not len(rows):
+        raise RecordingError(f"job(s) {', '.join(map(str, job_ids))} have no measurements "
+                             "taken on a GPU (replayed rows are never recorded again)")
+    found = sorted(rows["env_fingerprint"].unique())
+    if fingerprint is None and len(found) > 1:
+        raise RecordingError(f"the jobs were measured in {len(found)} environments "
+                             f"({', '.join(found)}); choose one with --environment")
+    fingerprint = fingerprint or found[0]
+    rows = rows[rows["env_fingerprint"] == fingerprint].copy()
+    if not len(rows):
+        raise RecordingError(f"no measurements of these jobs in environment {fingerprint}")
+    try:
+        environment = store.environment(fingerprint)
+    except NotFound as exc:
+        raise RecordingError(str(exc)) from exc
+    for column in ("config", "policy", "telemetry"):
+        rows[column] = rows[column].map(_json)
+    rows["fault"] = None
+    return write_recording(rows, environment, jobs, out, note=note)
+
+
+def _meta(source: Any, where: str) -> dict[str, Any]:
+    try:
+        raw = (pq.read_schema(source).metadata or {}).get(META_KEY)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise RecordingError(f"{where}: not a parquet file ({exc})") from exc
+    if raw is None:
+        raise RecordingError(f"{where}: not a farm recording (no {META_KEY.decode()!r} metadata)")
+    meta = json.loads(raw)
+    if meta.get("format") != FORMAT:
+        raise RecordingError(f"{where}: recording format {meta.get('format')}, expected {FORMAT}")
+    return meta
+
+
+def recording_meta(path: str | Path) -> dict[str, Any]:
+    """The metadata of a recording file, without reading its rows."""
+    return _meta(str(path), str(path))
+
+
+def read_recording(source: str | Path | bytes, name: str = "") -> Recording:
+    """A recording from its file, or from the file's bytes (as actors on other nodes get it)."""
+    if isinstance(source, bytes):
+        path, reader = Path(name or "<recording>"), lambda: pa.BufferReader(source)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise RecordingError(f"no recording file {path}")
+        reader = lambda: str(path)  # noqa: E731
+    meta = _meta(reader(), str(path))
+    frame = pq.read_table(reader()).to_pandas()
+    return Recording(path=path, environment=meta["environment"], jobs=tuple(meta["jobs"]),
+                     note=meta.get("note", ""), synthetic=bool(meta.get("synthetic")),
+                     frame=frame)
+
+
+def find_recording(arch: str | None = None, folder: Path | None = None) -> Path | None:
+    """The newest real (not synthetic) recording of `arch` (any if None) in `folder`, default
+    jobs/recordings/ here and in the farm's source tree."""
+    folders = [Path(folder)] if folder else list(dict.fromkeys(
+        [Path.cwd() / "jobs" / "recordings", RECORDINGS_DIR]))
+    found = []
+    paths = [p for f in folders if f.is_dir() for p in sorted(f.glob("*.parquet"))]
+    for path in paths:
+        try:
+            meta = recording_meta(path)
+        except RecordingError:
+            continue
+        if meta.get("synthetic") or (arch and meta["environment"]["arch"] != arch):
+            continue
+        found.append((meta.get("recorded_at", ""), path.stat().st_mtime, path))
+    return max(found)[2] if found else None

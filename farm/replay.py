@@ -1,0 +1,83 @@
+"""The replay device: a worker with no GPU that serves a recording's measurements through the
+GpuWorker interface, so the whole farm (coordinator, actors, store) runs on any machine.
+
+Its rows carry an environment named "replay of <GPU>" whose replay_of is the recorded
+environment's fingerprint, so they never mix with real measurements (TimingFilter's
+include_replay). A pair the recording lacks, or recorded from a different kernel source, is
+`not_recorded`. A recorded fault plays out as on the GPU: "exit" yields the pair's launch_error
+and raises DeviceLost (the actor process exits), "hang" sleeps until the coordinator kills it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from farm.environment import Environment
+from farm.measure import DeviceLost, PairResult
+from farm.problems import CONV_FIELDS, ConvProblem
+from farm.recording import TIMING_FIELDS, Recording, read_recording, replay_environment
+from farm.timing import TimingPolicy
+from farm.worker import target_of
+from kernels.family import Instance
+
+
+def _value(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+class ReplayWorker:
+    """Serves recorded pairs; `pace_s` sleeps per pair to stand in for a GPU's pace."""
+
+    def __init__(self, recording: str | Path | Recording, pace_s: float = 0.0,
+                 hang_s: float = 3600.0) -> None:
+        self.recording = (recording if isinstance(recording, Recording)
+                          else read_recording(recording))
+        self.environment: Environment = replay_environment(self.recording.environment)
+        self.target = target_of({"arch": self.recording.arch})
+        self.pace_s, self.hang_s = pace_s, hang_s
+        self._rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for row in self.recording.frame.to_dict("records"):
+            problem = ConvProblem(op=row["operator"], dtype=row["dtype"], layout=row["layout"],
+                                  **{f: int(row[f]) for f in CONV_FIELDS})
+            self._rows[(row["family"], row["instance"], problem.key)] = row
+
+    def _result(self, row: dict[str, Any]) -> PairResult:
+        return PairResult(status=row["status"], message=_value(row["message"]),
+                          policy=json.loads(row["policy"] or "{}"),
+                          telemetry=json.loads(row["telemetry"] or "{}"),
+                          **{f: _value(row[f]) for f in TIMING_FIELDS if f != "samples"},
+                          samples=int(_value(row["samples"]) or 0))
+
+    def measure_problem(self, problem: ConvProblem, instances: Iterable[Instance],
+                        policy: TimingPolicy = TimingPolicy(),
+                        seed: int = 1) -> Iterator[tuple[Instance, PairResult]]:
+        """GpuWorker.measure_problem's contract: yields each pair; DeviceLost after a fatal one."""
+        for instance in instances:
+            if self.pace_s:
+                time.sleep(self.pace_s)
+            row = self._rows.get((instance.family, instance.name, problem.key))
+            if row is None or row["source_hash"] != instance.source_hash:
+                why = ("the recording has no measurement of this pair" if row is None else
+                       f"recorded from source {row['source_hash']}, the instance's source is "
+                       f"now {instance.source_hash}")
+                yield instance, PairResult("not_recorded", message=f"{why} ("
+                                           f"{self.environment.gpu_name})",
+                                           policy=policy.model_dump())
+                continue
+            fault = _value(row.get("fault"))
+            if fault == "hang":
+                time.sleep(self.hang_s)  # the coordinator's deadline ends this process
+                yield instance, PairResult("timeout", message="replayed hang",
+                                           policy=policy.model_dump())
+                raise DeviceLost("timeout: replayed hang")
+            result = self._result(row)
+            yield instance, result
+            if fault == "exit":
+                raise DeviceLost(f"launch_error: {result.message or 'replayed fatal fault'}")

@@ -1,0 +1,131 @@
+"""Recordings and the replay device (no Ray): `farm record` exports a finished job's GPU rows
+with their environment; the replay worker serves them back with the same statuses and
+timings, labelled as a replay; pairs it lacks are not_recorded; recorded faults play out."""
+
+import dataclasses
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+import kernels.testing.faulty  # noqa: F401 - registers conv_faulty
+from farm.cli import app
+from farm.cluster.pairs import plan_job, select_instances
+from farm.environment import Environment
+from farm.measure import DeviceLost
+from farm.recording import find_recording, read_recording, recording_meta, write_recording
+from farm.replay import ReplayWorker
+from farm.specs import JobSpec, resolve_spec
+from farm.store import open_store
+from tests.cluster_support import recording, spec, submit
+from tests.data.synthetic_recording import SYNTHETIC_FILE
+
+H100 = Environment(gpu_name="NVIDIA H100 80GB HBM3", arch="sm_90", sm_count=132, driver="580",
+                   compiler="nvrtc 13.0", runtime="cuda 13.0", farm_version="0.1.0",
+                   details=(("sm_clock_mhz", "1980"),))
+
+
+def _measured_job(store, tmp_path, environment=H100):
+    """A job measured "on a GPU": rows written straight to the store, then marked done."""
+    job_id = submit(store, spec("recorded", kernels=["conv_naive"]), tmp_path)
+    plan = plan_job(store, job_id)
+    env = store.environment_id(environment.fingerprint, **environment.record())
+    rows = []
+    for n, (problem_id, kernel_id) in enumerate(plan.pairs):
+        ok = n % 5 != 0
+        rows.append({"kernel_id": kernel_id, "problem_id": problem_id, "environment_id": env,
+                     "job_id": job_id, "status": "ok" if ok else "wrong_result",
+                     "median_us": 10.0 + n if ok else None, "min_us": 9.0 + n if ok else None,
+                     "samples": 20 if ok else 0, "verify_error": 1e-3,
+                     "message": None if ok else "relative L2 error 0.5",
+                     "policy": {"min_repeats": 10}, "telemetry": {"sm_clock_mhz": 1980}})
+    store.record_measurements(rows)
+    store.set_job_state(job_id, "done")
+    return job_id, plan, rows
+
+
+def test_record_then_replay_gives_the_same_rows(db_url, tmp_path):
+    store = open_store(db_url, migrate=True)
+    job_id, plan, rows = _measured_job(store, tmp_path)
+    out = tmp_path / "h100.parquet"
+    result = CliRunner().invoke(app, ["record", str(job_id), "--out", str(out)],
+                                env={"FARM_DB_URL": db_url})
+    assert result.exit_code == 0, result.output
+    assert "wrote 16 pairs of NVIDIA H100 80GB HBM3 (sm_90)" in result.stdout
+    recorded = read_recording(out)
+    assert recorded.environment["fingerprint"] == H100.fingerprint and not recorded.synthetic
+    assert recorded.jobs[0]["name"] == "recorded"
+
+    worker = ReplayWorker(out)
+    assert worker.environment.gpu_name == "replay of NVIDIA H100 80GB HBM3"
+    assert worker.environment.replay_of == H100.fingerprint and worker.target == "sm_90a"
+    expected = {(r["problem_id"], r["kernel_id"]): r for r in rows}
+    for problem_id, problem in plan.problems.items():
+        kernel_ids = list(plan.instances)
+        served = list(worker.measure_problem(problem, [plan.instances[k] for k in kernel_ids]))
+        for kernel_id, (instance, result) in zip(kernel_ids, served):
+            row = expected[(problem_id, kernel_id)]
+            assert (result.status, result.median_us, result.min_us, result.samples,
+                    result.message) == (row["status"], row["median_us"], row["min_us"],
+                                        row["samples"], row["message"])
+            assert result.policy == {"min_repeats": 10}
+    vendor = select_instances(JobSpec.model_validate(spec("v", kernels=["vendor"])))[0]
+    [(_, missing)] = worker.measure_problem(problem, [vendor])
+    assert missing.status == "not_recorded" and "no measurement" in missing.message
+    changed = dataclasses.replace(plan.instances[kernel_ids[0]], source_hash="0" * 32)
+    [(_, stale)] = worker.measure_problem(problem, [changed])
+    assert stale.status == "not_recorded" and "source" in stale.message
+
+
+def test_record_refuses_unfinished_or_replayed_jobs(sqlite_url, tmp_path):
+    store = open_store(sqlite_url)
+    job_id, *_ = _measured_job(store, tmp_path)
+    runner = CliRunner()
+    store.set_job_state(job_id, "running")
+    result = runner.invoke(app, ["record", str(job_id), "--out", str(tmp_path / "x.parquet")],
+                           env={"FARM_DB_URL": sqlite_url})
+    assert result.exit_code == 1 and "is running" in result.stderr
+    replayed = dataclasses.replace(H100, gpu_name="replay of H100", replay_of=H100.fingerprint)
+    other, *_ = _measured_job(store, tmp_path, replayed)
+    result = runner.invoke(app, ["record", str(other), "--out", str(tmp_path / "x.parquet")],
+                           env={"FARM_DB_URL": sqlite_url})
+    assert result.exit_code == 1 and "replayed rows are never recorded" in result.stderr
+
+
+def test_recorded_faults_play_out_as_on_a_gpu(tmp_path):
+    data = spec("faults", kernels=["conv_faulty"])
+    worker = ReplayWorker(recording(data, tmp_path), hang_s=0.01)
+    resolved = resolve_spec(data, tmp_path / "faults.yaml")
+    instances = {i.settings["fault"]: i for i in select_instances(resolved.spec)}
+    served = worker.measure_problem(resolved.problems[0], [instances[f] for f in (0, 1, 3, 2)])
+    assert [next(served)[1].status for _ in range(3)] == ["ok", "wrong_result", "launch_error"]
+    with pytest.raises(DeviceLost, match="launch_error"):
+        next(served)  # the process would exit here; the last instance is never reached
+    hang = worker.measure_problem(resolved.problems[0], [instances[4]])
+    assert next(hang)[1].status == "timeout"
+    with pytest.raises(DeviceLost, match="timeout"):
+        next(hang)
+
+
+def test_synthetic_recordings_are_labelled_and_never_picked_up(tmp_path):
+    meta = recording_meta(SYNTHETIC_FILE)
+    assert meta["synthetic"] is True and "SYNTHETIC" in meta["environment"]["gpu_name"]
+    assert "not measured" in meta["note"]
+    shutil.copy(SYNTHETIC_FILE, tmp_path / "synthetic.parquet")
+    assert find_recording(folder=tmp_path) is None
+    real = read_recording(SYNTHETIC_FILE)
+    env = {**real.environment, "gpu_name": "NVIDIA H100", "fingerprint": "f" * 32}
+    write_recording(real.frame, env, [], tmp_path / "h100.parquet")
+    assert find_recording(folder=tmp_path) == tmp_path / "h100.parquet"
+    assert find_recording("sm_100", folder=tmp_path) is None
+
+
+def test_default_selection_and_filters():
+    default = select_instances(JobSpec.model_validate({**spec("d"), "kernels": []}))
+    assert {i.family for i in default} >= {"conv_naive", "vendor"}
+    assert "conv_faulty" not in {i.family for i in default}  # test families only on request
+    chosen = select_instances(JobSpec.model_validate(
+        {**spec("w"), "kernels": [{"family": "conv_naive", "where": {"block": [256]}},
+                                  {"family": "conv_faulty", "where": {"fault": {"min": 3}}}]}))
+    assert [i.name for i in chosen] == ["naive_fwd_bf16_block256", "faulty_fwd_bf16_fault3",
+                                        "faulty_fwd_bf16_fault4"]
