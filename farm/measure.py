@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from farm.compile import CodeCache, compile_source
-from farm.gpu.base import Device, GpuError, KernelArgs
+from farm.gpu.base import Device, GpuError
 from farm.launch import Runnable, pack_args
 from farm.telemetry import Telemetry
 from farm.timing import TimingPolicy
-from kernels.family import DTYPE_CODES, Instance, KernelFamily, Launch, grid_stride_blocks
+from kernels.family import DTYPE_CODES, Instance, KernelFamily, grid_stride_blocks
 from kernels.registry import operator_spec
 from kernels.source import load_source
 

@@ -24,7 +24,6 @@ dropped and counted; a generator that yields nothing valid is an error.
 from __future__ import annotations
 
 import csv
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -309,5 +308,4 @@ def _check_kernels(spec: JobSpec, path: Path) -> None:
                             f"{family.name} for {spec.operator}")
 
 
-__all__ = ["JobSpec", "ResolvedSpec", "SpecError", "load_spec", "matches", "resolve_spec",
-           "itertools"]
+__all__ = ["JobSpec", "ResolvedSpec", "SpecError", "load_spec", "matches", "resolve_spec"]

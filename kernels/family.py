@@ -6,7 +6,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,4 +122,4 @@ def grid_stride_blocks(elements: int, block: int, sm_count: int = 132, per_sm: i
     return max(1, min((elements + block - 1) // block, sm_count * per_sm))
 
 
-__all__ = ["Config", "Instance", "KernelFamily", "Launch", "Sequence", "grid_stride_blocks"]
+__all__ = ["Config", "Instance", "KernelFamily", "Launch", "grid_stride_blocks"]

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pandas as pd
-import pytest
 from typer.testing import CliRunner
 
 from farm.cli import app
