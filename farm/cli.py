@@ -226,6 +226,26 @@ def query_timings(
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+@app.command()
+def dashboard(address: Annotated[str, typer.Option(
+                  help="Address to bind (0.0.0.0 exposes it)")] = "127.0.0.1",
+              port: Annotated[int, typer.Option(help="Port to serve on")] = 8501,
+              db: DbOption = None) -> None:
+    """Serve the dashboard (Streamlit, read-only) on http://ADDRESS:PORT."""
+    import subprocess
+
+    page = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
+    if not page.is_file():
+        err.print(f"[bold red]error:[/] no dashboard at {page} (run from a source checkout)")
+        raise typer.Exit(1)
+    env = {**os.environ, **({"FARM_DB_URL": db} if db else {})}
+    out.print(f"dashboard of {describe(db or default_url())} on http://{address}:{port}")
+    raise typer.Exit(subprocess.call(
+        [sys.executable, "-m", "streamlit", "run", str(page), "--server.address", address,
+         "--server.port", str(port), "--server.headless", "true",
+         "--browser.gatherUsageStats", "false"], env=env))
+
+
 def _cluster_commands() -> None:
     from farm.cluster import cli as cluster_cli
 
@@ -236,6 +256,9 @@ def _cluster_commands() -> None:
 
 
 _cluster_commands()
+
+from farm.select.cli import register as _select_commands  # noqa: E402
+_select_commands(app)
 
 if __name__ == "__main__":
     app()

@@ -483,3 +483,157 @@ def _write_measurements(session: Session, rows: Sequence[dict[str, Any]]) -> Non
 def problem_record(row: Problem) -> ConvProblem:
     return ConvProblem(op=row.operator, dtype=row.dtype, layout=row.layout,
                        **{f: getattr(row, c) for f, c in _PROBLEM_COLUMNS.items()})
+
+
+# Selection models: the model registry (farm/select) -----------------------------------------
+# Kept apart from the measurement queries above; the bundle of each model is an artifact row
+# of kind model_bundle.
+from farm.store.models import Artifact, Model  # noqa: E402
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """A trained selection model as the registry lists it."""
+
+    id: int
+    operator: str
+    arch: str
+    dtype: str
+    version: int
+    metrics: dict[str, Any]
+    data_window: dict[str, Any]
+    artifact_id: int | None
+    bundle_bytes: int
+    promoted: bool
+    created_at: dt.datetime
+
+
+class ModelQueries:
+    """The model registry's operations, over the sessions of a Queries."""
+
+    def __init__(self, queries: Queries) -> None:
+        self.session = queries.session
+
+    @staticmethod
+    def _summary(model: Model, size: int | None) -> ModelSummary:
+        return ModelSummary(id=model.id, operator=model.operator, arch=model.arch,
+                            dtype=model.dtype, version=model.version, metrics=model.metrics,
+                            data_window=model.data_window, artifact_id=model.artifact_id,
+                            bundle_bytes=size or 0, promoted=model.promoted,
+                            created_at=model.created_at)
+
+    def _listing(self, query: Any) -> list[ModelSummary]:
+        query = query.add_columns(Artifact.size).outerjoin(Artifact,
+                                                           Model.artifact_id == Artifact.id)
+        with self.session() as session:
+            return [self._summary(m, size) for m, size in session.execute(query)]
+
+    def measurement_count(self, operator: str, arch: str, dtype: str,
+                          include_replay: bool = False) -> int:
+        """Recorded measurements (every status but not_recorded) of an operator/arch/dtype."""
+        query = (select(func.count()).select_from(Measurement)
+                 .join(Problem, Measurement.problem_id == Problem.id)
+                 .join(Environment, Measurement.environment_id == Environment.id)
+                 .where(Problem.operator == operator, Problem.dtype == dtype,
+                        Environment.arch == arch, Measurement.status != "not_recorded"))
+        if not include_replay:
+            query = query.where(Environment.replay_of.is_(None))
+        with self.session() as session:
+            return session.scalar(query) or 0
+
+    def arch_figures(self, arch: str) -> dict[str, Any]:
+        """The multiprocessor count and recorded details (cache size...) of an architecture's
+        newest environment; empty if none."""
+        with self.session() as session:
+            env = session.scalars(select(Environment).where(Environment.arch == arch)
+                                  .order_by(Environment.id.desc()).limit(1)).first()
+            return {} if env is None else {"sm_count": env.sm_count, **(env.details or {})}
+
+    def add_model(self, operator: str, arch: str, dtype: str, metrics: dict[str, Any],
+                  data_window: dict[str, Any], bundle: bytes, bundle_key: str,
+                  compiler: str) -> ModelSummary:
+        """Store a bundle (once per content) and a model row with the next version."""
+        return _retry_race(lambda: self._add_model(operator, arch, dtype, metrics, data_window,
+                                                   bundle, bundle_key, compiler))
+
+    def _add_model(self, operator: str, arch: str, dtype: str, metrics: dict[str, Any],
+                   data_window: dict[str, Any], bundle: bytes, bundle_key: str,
+                   compiler: str) -> ModelSummary:
+        with self.session.begin() as session:
+            artifact_id = session.scalar(select(Artifact.id).where(Artifact.key == bundle_key))
+            if artifact_id is None:
+                artifact = Artifact(key=bundle_key, kind="model_bundle", target=arch,
+                                    compiler=compiler, data=bundle, size=len(bundle))
+                session.add(artifact)
+                session.flush()
+                artifact_id = artifact.id
+            latest = session.scalar(select(func.max(Model.version)).where(
+                Model.operator == operator, Model.arch == arch, Model.dtype == dtype))
+            model = Model(operator=operator, arch=arch, dtype=dtype, version=(latest or 0) + 1,
+                          metrics=metrics, data_window=data_window, artifact_id=artifact_id,
+                          promoted=False)
+            session.add(model)
+            session.flush()
+            return self._summary(model, len(bundle))
+
+    def models(self, operator: str | None = None, arch: str | None = None,
+               dtype: str | None = None) -> list[ModelSummary]:
+        """Models, newest first, optionally of one operator/arch/dtype."""
+        query = select(Model).order_by(Model.id.desc())
+        for column, value in ((Model.operator, operator), (Model.arch, arch),
+                              (Model.dtype, dtype)):
+            if value:
+                query = query.where(column == value)
+        return self._listing(query)
+
+    def model(self, model_id: int) -> ModelSummary:
+        found = self._listing(select(Model).where(Model.id == model_id))
+        if not found:
+            raise NotFound(f"no model with id {model_id}")
+        return found[0]
+
+    def promoted_model(self, operator: str, arch: str, dtype: str) -> ModelSummary | None:
+        found = self._listing(select(Model).where(
+            Model.operator == operator, Model.arch == arch, Model.dtype == dtype,
+            Model.promoted.is_(True)).order_by(Model.version.desc()).limit(1))
+        return found[0] if found else None
+
+    def latest_model(self, operator: str, arch: str, dtype: str) -> ModelSummary | None:
+        found = self._listing(select(Model).where(
+            Model.operator == operator, Model.arch == arch, Model.dtype == dtype
+        ).order_by(Model.version.desc()).limit(1))
+        return found[0] if found else None
+
+    def model_bundle(self, model_id: int) -> bytes:
+        with self.session() as session:
+            data = session.scalar(select(Artifact.data).join(
+                Model, Model.artifact_id == Artifact.id).where(Model.id == model_id))
+        if data is None:
+            raise NotFound(f"model {model_id} has no stored bundle")
+        return data
+
+    def promote_model(self, model_id: int) -> None:
+        """Make this the promoted model of its operator/arch/dtype (the others step down)."""
+        with self.session.begin() as session:
+            model = session.get(Model, model_id)
+            if model is None:
+                raise NotFound(f"no model with id {model_id}")
+            session.execute(update(Model).where(
+                Model.operator == model.operator, Model.arch == model.arch,
+                Model.dtype == model.dtype, Model.id != model_id).values(promoted=False))
+            model.promoted = True
+
+    def measured_targets(self, include_replay: bool = False) -> list[tuple[str, str, str, int]]:
+        """(operator, arch, dtype, measurements) of everything measured, most first."""
+        count = func.count()
+        query = (select(Problem.operator, Environment.arch, Problem.dtype, count)
+                 .select_from(Measurement)
+                 .join(Problem, Measurement.problem_id == Problem.id)
+                 .join(Environment, Measurement.environment_id == Environment.id)
+                 .where(Measurement.status != "not_recorded")
+                 .group_by(Problem.operator, Environment.arch, Problem.dtype)
+                 .order_by(count.desc()))
+        if not include_replay:
+            query = query.where(Environment.replay_of.is_(None))
+        with self.session() as session:
+            return [tuple(r) for r in session.execute(query)]

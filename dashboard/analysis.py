@@ -1,0 +1,166 @@
+"""The dashboard's arithmetic on query results: efficiency summaries and top-k curves, the
+choices of a selection model or a baseline, speed-ups over the vendor, job ETAs, shape labels.
+
+A selection model's `metrics` JSON (the models table, written by farm/select) is read from its
+"holdout" part when there is one, else from the top level; every key is optional:
+  problems                 held-out problems evaluated
+  mean, median, p10, min   efficiency = oracle time / time of the chosen instance (a choice
+                           with no ok time scores 0)
+  top1                     fraction of problems whose choice is (one of) the fastest
+  top5                     fraction whose fastest instance is among the model's five best
+  top_k                    {"2": e, "4": e, "8": e}: mean efficiency of the best of the
+                           model's k best choices
+  failed_choices           choices whose measurement was not ok
+  per_problem              [{"problem": problem key, "kernel": instance name or kernel key},
+                           ...]: the model's choice per held-out problem. With it the dashboard
+                           recomputes the figures from the measurements and draws their
+                           distributions; without it, it shows the stored figures only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SUMMARY_KEYS = ("mean", "median", "p10", "min", "top1", "top5")
+TOPK = 10
+
+
+def shape_labels(frame: pd.DataFrame) -> pd.Series:
+    """'N32 C64 K64 G1 56x56 3x3 s2x2 p1x1 d2x2', as ConvProblem.label() writes it."""
+    def label(r) -> str:
+        text = f"N{r.N} C{r.C} K{r.K} G{r.G} {r.H}x{r.W} {r.R}x{r.S}"
+        for name, a, b, plain in (("s", r.stride_h, r.stride_w, 1), ("p", r.pad_h, r.pad_w, 0),
+                                  ("d", r.dil_h, r.dil_w, 1)):
+            if (a, b) != (plain, plain):
+                text += f" {name}{a}x{b}"
+        return text
+    if frame.empty:
+        return pd.Series([], dtype=str, index=frame.index)
+    return pd.Series([label(r) for r in frame.itertuples()], index=frame.index, dtype=str)
+
+
+def group_kind(frame: pd.DataFrame) -> pd.Series:
+    """dense (G = 1), depthwise (G = C) or grouped."""
+    kind = np.where(frame["G"] == 1, "dense", np.where(frame["G"] == frame["C"], "depthwise",
+                                                       "grouped"))
+    return pd.Series(kind, index=frame.index, dtype=str)
+
+
+def summarize(frame: pd.DataFrame) -> dict[str, float]:
+    """Efficiency figures over the shapes of a chosen_efficiency frame; a choice with no ok
+    time scores 0 and is never among the fastest."""
+    if frame.empty:
+        return {"shapes": 0, "untimed": 0, **{k: float("nan") for k in SUMMARY_KEYS}}
+    eff, ranks = frame["efficiency"].fillna(0.0), frame["rank"]
+    return {"shapes": len(frame), "untimed": int(frame["efficiency"].isna().sum()),
+            "mean": eff.mean(), "median": eff.median(), "p10": eff.quantile(0.1),
+            "min": eff.min(), "top1": (ranks <= 1).mean(), "top5": (ranks <= 5).mean()}
+
+
+def topk_curve(frame: pd.DataFrame, kmax: int = TOPK) -> pd.DataFrame:
+    """Fraction of shapes whose choice is among the k fastest, k = 1..kmax."""
+    ks = np.arange(1, kmax + 1)
+    ranks = frame["rank"]
+    fractions = [(ranks <= k).mean() if len(ranks) else np.nan for k in ks]
+    return pd.DataFrame({"k": ks, "fraction": fractions})
+
+
+def stored_figures(metrics: dict) -> dict:
+    """A model's stored held-out figures (the "holdout" part, else the top level)."""
+    metrics = metrics if isinstance(metrics, dict) else {}
+    part = metrics.get("holdout")
+    return part if isinstance(part, dict) else metrics
+
+
+def stored_topk(metrics: dict) -> pd.DataFrame:
+    """The stored top-k efficiency curve (k = 1 is the mean), empty if not stored."""
+    figures = stored_figures(metrics)
+    top = figures.get("top_k") or figures.get("topk") or {}
+    points = [(1, figures.get("mean"))] + [(int(k), v) for k, v in top.items()]
+    frame = pd.DataFrame(points, columns=["k", "fraction"]).dropna()
+    return frame.sort_values("k", ignore_index=True) if len(top) else frame.iloc[0:0]
+
+
+def best_single_instance(stats: pd.DataFrame, shapes: int) -> str | None:
+    """The instance with the best mean efficiency over all shapes (0 where it has no time)."""
+    if stats.empty or not shapes:
+        return None
+    score = stats["efficiency_sum"] / shapes
+    return str(stats.loc[score.idxmax(), "kernel"])
+
+
+def model_choices(metrics: dict) -> pd.DataFrame:
+    """(problem_key, choice) pairs of a model's per_problem list; empty if it has none."""
+    listed = (metrics or {}).get("per_problem") or stored_figures(metrics).get("per_problem")
+    rows = [(p.get("problem"), p.get("kernel")) for p in listed or [] if isinstance(p, dict)]
+    frame = pd.DataFrame(rows, columns=["problem_key", "choice"]).dropna()
+    return frame.drop_duplicates("problem_key", ignore_index=True)
+
+
+def chosen_efficiency(shapes: pd.DataFrame, timings: pd.DataFrame,
+                      choices: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per shape of `shapes` (a per_shape frame): the chosen instance, its time and rank,
+    and efficiency = oracle / chosen time. `timings` are timings_of() the chosen instances;
+    `choices` says which one each problem chose (None: the single instance of `timings`)."""
+    timed = timings[["problem_id", "environment_id", "problem_key", "kernel", "kernel_key",
+                     "median_us", "rank"]]
+    if choices is None:
+        base = shapes
+        picked = timed
+    else:
+        base = shapes.merge(choices, on="problem_key")
+        picked = timed.merge(choices, on="problem_key")
+        picked = picked[(picked["kernel"] == picked["choice"])
+                        | (picked["kernel_key"] == picked["choice"])]
+    picked = picked.drop_duplicates(["problem_id", "environment_id"])
+    out = base.merge(picked[["problem_id", "environment_id", "kernel", "median_us", "rank"]],
+                     on=["problem_id", "environment_id"], how="left")
+    out = out.rename(columns={"kernel": "chosen", "median_us": "chosen_us"})
+    if choices is not None:
+        out["chosen"] = out["chosen"].fillna(out["choice"])
+    out["efficiency"] = out["oracle_us"] / out["chosen_us"]
+    out["shape"] = shape_labels(out)
+    return out
+
+
+def speedups(shapes: pd.DataFrame) -> pd.DataFrame:
+    """The shapes with a vendor time: speed-up = vendor time / our best time."""
+    out = shapes.dropna(subset=["vendor_us"]).copy()
+    out["speedup"] = out["vendor_us"] / out["oracle_us"]
+    out["shape"] = shape_labels(out)
+    out["group"] = group_kind(out)
+    out["ours_tflops"] = out["flops"] / out["oracle_us"] / 1e6
+    out["vendor_tflops"] = out["flops"] / out["vendor_us"] / 1e6
+    return out
+
+
+def geomean(values: pd.Series) -> float:
+    values = values.dropna()
+    return float(np.exp(np.log(values).mean())) if len(values) else float("nan")
+
+
+def with_progress(queue: pd.DataFrame, now: pd.Timestamp) -> pd.DataFrame:
+    """Adds progress (0..1) and ETA (seconds) from the rate since the job started."""
+    out = queue.copy()
+    finished = out["done_pairs"] + out["failed_pairs"] + out["cached_pairs"]
+    total = out["total_pairs"].where(out["total_pairs"] > 0)
+    out["progress"] = (finished / total).fillna(0.0).clip(0, 1)
+    started = pd.to_datetime(out["started_at"], utc=True)
+    elapsed = (now - started).dt.total_seconds()
+    rate = (out["done_pairs"] + out["failed_pairs"]) / elapsed.where(elapsed > 0)
+    remaining = (total - finished).clip(lower=0)
+    eta = remaining / rate.where(rate > 0)
+    out["eta_s"] = eta.where(out["status"] == "running")
+    return out
+
+
+def eta_text(seconds: float) -> str:
+    if seconds is None or not np.isfinite(seconds):
+        return ""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

@@ -1,0 +1,149 @@
+"""The selection commands of `farm`: train, models list, models export, select (registered
+by farm/cli.py through `register`)."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from farm.problems import CONV_FIELDS
+from farm.store import DatabaseError, NotFound, open_store
+
+_WIDTH = None if sys.stdout.isatty() else 160
+out = Console(width=_WIDTH)
+err = Console(stderr=True, width=_WIDTH)
+models_app = typer.Typer(help="Trained selection models.", no_args_is_help=True)
+
+DbOption = Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL",
+                                                 help="Database URL (default: FARM_DB_URL)")]
+
+
+@contextmanager
+def _errors():
+    from farm.select.selector import SelectionError
+
+    try:
+        yield
+    except (DatabaseError, NotFound, LookupError, FileNotFoundError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except (SelectionError, ValueError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (default: all)")] = None,
+          arch: Annotated[Optional[str], typer.Option(help="Architecture (default: all)")] = None,
+          dtype: Annotated[Optional[str], typer.Option(help="Element type (default: all)")] = None,
+          holdout: Annotated[list[str], typer.Option(
+              "--holdout-network", help="Networks held out (repeatable)")] = [],
+          rounds: Annotated[int, typer.Option(help="Most boosting rounds (trees)")] = 100,
+          learning_rate: Annotated[float, typer.Option(help="Boosting learning rate")] = 0.2,
+          include_replay: Annotated[bool, typer.Option(help="Train on replayed rows too")] = False,
+          resources: Annotated[bool, typer.Option(
+              help="Registers/shared memory from the compile cache")] = True,
+          db: DbOption = None) -> None:
+    """Train, evaluate and register a selection model per operator/arch/dtype."""
+    from farm.select.catalogue import compile_cache_resources, no_resources
+    from farm.select.data import DEFAULT_HOLDOUT, SplitConfig, load_dataset
+    from farm.select.registry import register
+    from farm.select.train import TrainConfig, summary
+    from farm.select.train import train as fit
+    from farm.store.queries import ModelQueries
+
+    with _errors():
+        store = open_store(db)
+        targets = [(o, a, d) for o, a, d, _ in ModelQueries(store).measured_targets(include_replay)
+                   if (op or o) == o and (arch or a) == a and (dtype or d) == d]
+        if not targets:
+            raise LookupError("no measurements match; run a sweep first")
+        split = SplitConfig(holdout_networks=tuple(holdout) or DEFAULT_HOLDOUT)
+        for o, a, d in targets:
+            lookup = compile_cache_resources(a) if resources else no_resources
+            data = load_dataset(store, o, a, d, split, lookup, include_replay)
+            model = fit(data, TrainConfig(rounds=rounds, learning_rate=learning_rate))
+            done = register(store, model, data)
+            out.print(summary(model), highlight=False)
+            out.print(f"  model {done.model.id} version {done.model.version}: "
+                      f"{'promoted' if done.promoted else 'not promoted'} ({done.reason})",
+                      highlight=False)
+
+
+@models_app.command("list")
+def models_list(op: Annotated[Optional[str], typer.Option("--op")] = None,
+                arch: Annotated[Optional[str], typer.Option()] = None,
+                dtype: Annotated[Optional[str], typer.Option()] = None,
+                db: DbOption = None) -> None:
+    """Registered models, newest first, with their holdout efficiency."""
+    from farm.store.queries import ModelQueries
+
+    with _errors():
+        found = ModelQueries(open_store(db)).models(op, arch, dtype)
+    if not found:
+        out.print("no models yet: `farm train`")
+        return
+    table = Table("id", "operator", "arch", "dtype", "ver", "kind", "trees", "holdout mean",
+                  "P10", "top1", "problems", "data", "promoted", "created")
+    for m in found:
+        h, w = m.metrics.get("holdout", {}), m.data_window
+        table.add_row(str(m.id), m.operator, m.arch, m.dtype, str(m.version),
+                      str(m.metrics.get("kind")), str(m.metrics.get("trees")),
+                      f"{h.get('mean', float('nan')):.3f}", f"{h.get('p10', float('nan')):.3f}",
+                      f"{h.get('top1', float('nan')):.3f}", str(w.get("problems")),
+                      "SYNTHETIC" if w.get("synthetic") else "measured",
+                      "yes" if m.promoted else "", m.created_at.strftime("%Y-%m-%d %H:%M"))
+    out.print(table)
+
+
+@models_app.command("export")
+def models_export(model: Annotated[int, typer.Argument(help="Model id")],
+                  to: Annotated[Path, typer.Option("--out", help="Bundle directory")],
+                  db: DbOption = None) -> None:
+    """Write a model's bundle: LightGBM text model, feature spec, catalogue, metrics, README
+    and the C export."""
+    from farm.select.registry import export_model
+
+    with _errors():
+        path = export_model(open_store(db), model, to)
+    err.print(f"wrote model {model} to {path}")
+
+
+def _fields(text: str) -> dict[str, str]:
+    fields = {}
+    for item in text.split(","):
+        name, eq, value = item.partition("=")
+        if not item.strip():
+            continue
+        if not eq or name.strip() not in CONV_FIELDS:
+            raise typer.BadParameter(f"{item!r}: expected FIELD=INT with FIELD one of "
+                                     f"{', '.join(CONV_FIELDS)}", param_hint="--problem")
+        fields[name.strip()] = value.strip()
+    return fields
+
+
+def select(model: Annotated[Path, typer.Option("--model", help="Bundle directory")],
+           problem: Annotated[list[str], typer.Option(
+               help="N=32,C=256,K=256,G=1,H=28,W=28,R=3,S=3,... (repeatable)")],
+           arch: Annotated[Optional[str], typer.Option(help="Refuse if not the model's")] = None,
+           top: Annotated[int, typer.Option(help="Print the k best")] = 1) -> None:
+    """The instance a runtime should launch for each shape."""
+    from farm.select.selector import Selector
+
+    shapes = [_fields(p) for p in problem]
+    with _errors():
+        selector = Selector.load(model)
+        for shape in shapes:
+            print(" ".join(selector.top(shape, top, arch)))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the selection commands to the `farm` app."""
+    app.command("train")(train)
+    app.command("select")(select)
+    app.add_typer(models_app, name="models")

@@ -1,0 +1,108 @@
+"""The model registry: every trained model is a `models` row (metrics, data window) with its
+bundle as a `model_bundle` artifact. A new model is promoted only if it chooses at least as
+well as the promoted one on the new model's held-out problems (both scored on the same rows),
+and `retrain_due` says when an operator/arch/dtype's data has grown enough for a new one."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightgbm as lgb
+
+from farm.select.data import Dataset
+from farm.select.evaluate import efficiency
+from farm.select.export import bundle_files, bundle_key, pack, unpack, write_bundle
+from farm.select.selector import Selector
+from farm.select.train import TrainedModel, usable
+from farm.store import Queries
+from farm.store.queries import ModelQueries, ModelSummary
+
+RETRAIN_GROWTH = 0.2
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A stored model and the promotion decision."""
+
+    model: ModelSummary
+    promoted: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class RetrainDecision:
+    """Whether an operator/arch/dtype needs a new model, and why."""
+
+    due: bool
+    reason: str
+    measurements: int
+    at_last_model: int | None
+
+
+def _incumbent_mean(queries: Queries, incumbent: ModelSummary, data: Dataset | None
+                    ) -> tuple[float, str]:
+    """The promoted model's holdout mean efficiency on the new model's held-out rows (or, with
+    no data, the figure stored with it)."""
+    if data is None:
+        return incumbent.metrics.get("holdout", {}).get("mean", math.nan), "its stored holdout"
+    rows = usable(data.part("holdout"))
+    selector = Selector(unpack(ModelQueries(queries).model_bundle(incumbent.id)), "lightgbm")
+    return efficiency(rows, selector.frame_costs(rows)).mean, "the same held-out rows"
+
+
+def register(queries: Queries, model: TrainedModel, data: Dataset | None = None,
+             tolerance: float = 0.0) -> Registration:
+    """Store a model; promote it if it is not worse on the holdout than the promoted one."""
+    registry = ModelQueries(queries)
+    bundle = pack(bundle_files(model))
+    incumbent = registry.promoted_model(model.operator, model.arch, model.dtype)
+    stored = registry.add_model(model.operator, model.arch, model.dtype, model.metrics,
+                                model.data_window, bundle, bundle_key(bundle),
+                                f"lightgbm {lgb.__version__}")
+    new = model.metrics["holdout"]["mean"]
+    if incumbent is None:
+        promote, reason = True, "first model of its operator/arch/dtype"
+    else:
+        try:
+            old, basis = _incumbent_mean(queries, incumbent, data)
+        except (ValueError, LookupError) as exc:  # a bundle this farm version cannot read
+            old, basis = math.nan, f"unreadable ({exc})"
+        if math.isnan(old):
+            promote, reason = True, f"model {incumbent.id} cannot be scored: {basis}"
+        elif math.isnan(new):
+            promote, reason = False, "no held-out problems to compare on"
+        else:
+            promote = new >= old - tolerance
+            reason = (f"holdout mean efficiency {new:.4f} vs {old:.4f} of model "
+                      f"{incumbent.id} on {basis}")
+    if promote:
+        registry.promote_model(stored.id)
+    return Registration(registry.model(stored.id), promote, reason)
+
+
+def retrain_due(queries: Queries, operator: str, arch: str, dtype: str,
+                growth: float = RETRAIN_GROWTH, include_replay: bool = False) -> RetrainDecision:
+    """Due when no model exists yet, or the measurements have grown by `growth` (20%) since
+    the newest model's data window. The coordinator calls this between jobs."""
+    registry = ModelQueries(queries)
+    now = registry.measurement_count(operator, arch, dtype, include_replay)
+    last = registry.latest_model(operator, arch, dtype)
+    if last is None:
+        return RetrainDecision(now > 0, "no model yet" if now else "no measurements", now, None)
+    then = int(last.data_window.get("measurements", 0))
+    due = now >= then * (1 + growth) and now > then
+    reason = (f"{now} measurements, {then} at model {last.id}"
+              f" ({'+' if now >= then else ''}{(now - then) / max(then, 1):.0%})")
+    return RetrainDecision(due, reason, now, then)
+
+
+def export_model(queries: Queries, model_id: int, out: str | Path) -> Path:
+    """Write a stored model's bundle directory (core files, C export, README)."""
+    registry = ModelQueries(queries)
+    summary = registry.model(model_id)
+    info: dict[str, Any] = {"id": summary.id, "version": summary.version,
+                            "promoted": summary.promoted, "created_at": str(summary.created_at)}
+    return write_bundle(out, unpack(registry.model_bundle(model_id)), info)

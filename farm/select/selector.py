@@ -1,0 +1,186 @@
+"""The runtime selector: load a bundle, answer a shape (or a batch) with the instance to launch.
+
+Costs come from the bundle's C export, compiled once per content with the system C compiler
+and called through ctypes (microseconds), or from LightGBM's predict where no compiler exists
+(hundreds of microseconds). Candidates are then taken best first, each checked against its
+family's applicability rules, so an instance that cannot serve the shape is never chosen
+(checking lazily gives the same answer as filtering first, at a fraction of the cost).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import platformdirs
+
+from farm.problems import CONV_FIELDS, ConvProblem, ProblemError
+from farm.select.cexport import symbol_prefix
+from farm.select.export import C_FILE, MODEL, c_files, parse, read_bundle
+from farm.select.features import feature_matrix, instance_matrix
+from farm.select.train import cost_of
+from kernels.registry import get_family
+
+BACKENDS = ("auto", "c", "lightgbm")
+_shape_of = attrgetter(*CONV_FIELDS)
+
+
+class SelectionError(ValueError):
+    """A question the model cannot answer: another operator, architecture or dtype, or a shape
+    no candidate can run."""
+
+
+def compile_shared(source: str, folder: Path | None = None) -> Path | None:
+    """The C export as a shared library (built once per content); None without a compiler."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    folder = Path(folder or os.environ.get("FARM_SELECT_CACHE")
+                  or Path(platformdirs.user_cache_dir("kernel-farm")) / "select")
+    folder.mkdir(parents=True, exist_ok=True)
+    lib = folder / f"{hashlib.sha256(source.encode()).hexdigest()[:32]}.so"
+    if lib.is_file():
+        return lib
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        src, out = Path(tmp) / "model.c", Path(tmp) / "model.so"
+        src.write_text(source)
+        done = subprocess.run([cc, "-std=c99", "-O2", "-ffp-contract=off", "-shared", "-fPIC",
+                               "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
+        if done.returncode != 0:
+            return None
+        out.replace(lib)
+    return lib
+
+
+class Selector:
+    """Chooses among a bundle's candidates for one operator, architecture and dtype."""
+
+    def __init__(self, files: dict[str, str], backend: str = "auto") -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
+        self.spec, self.catalogue, self.info = parse(files)
+        self.operator, self.arch, self.dtype = (self.info["operator"], self.info["arch"],
+                                                self.info["dtype"])
+        self.kind = self.info["kind"]
+        self.names = [e.name for e in self.catalogue]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self._instances = [e.instance() for e in self.catalogue]
+        self._families = [get_family(e.family) for e in self.catalogue]
+        self._table = instance_matrix(self.spec, self.catalogue)
+        self._booster = lgb.Booster(model_str=files[MODEL])
+        self._costs_c = None
+        if backend != "lightgbm":
+            self._costs_c = self._load_c(files.get(C_FILE) or c_files(files)[C_FILE])
+            if self._costs_c is None and backend == "c":
+                raise RuntimeError("no C compiler here to build the bundle's C export")
+        self.backend = "c" if self._costs_c is not None else "lightgbm"
+
+    @classmethod
+    def load(cls, path: str | Path, backend: str = "auto") -> Selector:
+        """A Selector for the bundle directory `path` (farm models export)."""
+        return cls(read_bundle(path), backend)
+
+    def _load_c(self, source: str) -> Any:
+        lib_path = compile_shared(source)
+        if lib_path is None:
+            return None
+        self._lib = ctypes.CDLL(str(lib_path))
+        costs = getattr(self._lib, symbol_prefix(self.operator, self.arch, self.dtype) + "_costs")
+        costs.argtypes, costs.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+        self._shape = np.zeros(len(CONV_FIELDS), dtype=np.int64)
+        self._cost = np.zeros(len(self.catalogue), dtype=np.float64)
+        shape_ptr, cost_ptr = self._shape.ctypes.data, self._cost.ctypes.data
+        return lambda: costs(shape_ptr, cost_ptr)
+
+    # Questions ---------------------------------------------------------------------------
+    def problem(self, problem: ConvProblem | Mapping[str, Any], arch: str | None = None
+                ) -> ConvProblem:
+        """The problem as a ConvProblem, refusing what this model never saw."""
+        if arch is not None and arch != self.arch:
+            raise SelectionError(f"this model chooses for {self.arch}; it never saw {arch} "
+                                 f"(train or export a model for {arch})")
+        if not isinstance(problem, ConvProblem):
+            try:
+                problem = ConvProblem.from_fields(self.operator, self.dtype, problem)
+            except ProblemError as exc:
+                raise SelectionError(str(exc)) from exc
+        if problem.op != self.operator or problem.dtype != self.dtype:
+            raise SelectionError(
+                f"this model chooses {self.operator} {self.dtype} kernels; it never saw "
+                f"{problem.op} {problem.dtype}")
+        return problem
+
+    def costs(self, problem: ConvProblem) -> np.ndarray:
+        """Each candidate's cost (lower is better), applicable or not, in catalogue order."""
+        if self._costs_c is not None:
+            self._shape[:] = _shape_of(problem)
+            self._costs_c()
+            return self._cost.copy()
+        return self._costs_batch([problem])[0]
+
+    def _costs_batch(self, problems: Sequence[ConvProblem]) -> np.ndarray:
+        count = len(self.catalogue)
+        shapes = {f: np.repeat(np.array([getattr(p, f) for p in problems], np.float64), count)
+                  for f in CONV_FIELDS}
+        x = feature_matrix(self.spec, shapes, np.tile(self._table, (len(problems), 1)))
+        raw = self._booster.predict(x, raw_score=True)
+        return cost_of(self.kind, raw).reshape(len(problems), count)
+
+    def _ranked(self, problem: ConvProblem, cost: np.ndarray, k: int) -> list[str]:
+        out = []
+        for i in np.argsort(cost, kind="stable"):
+            if self._families[i].applicable(self._instances[i], problem) is None:
+                out.append(self.names[i])
+                if len(out) == k:
+                    break
+        if not out:
+            raise SelectionError(f"no candidate instance can run {problem.label()}")
+        return out
+
+    def allowed(self, problem: ConvProblem) -> list[bool]:
+        """Whether each candidate's family rules let it run `problem` (catalogue order)."""
+        return [f.applicable(i, problem) is None for f, i in zip(self._families, self._instances)]
+
+    def top(self, problem: ConvProblem | Mapping[str, Any], k: int,
+            arch: str | None = None) -> list[str]:
+        """The model's k best applicable instances, best first (measure them at run time)."""
+        problem = self.problem(problem, arch)
+        return self._ranked(problem, self.costs(problem), k)
+
+    def select(self, problem: ConvProblem | Mapping[str, Any], arch: str | None = None) -> str:
+        """The instance to launch for one shape."""
+        problem = self.problem(problem, arch)
+        return self._ranked(problem, self.costs(problem), 1)[0]
+
+    def select_many(self, problems: Sequence[ConvProblem | Mapping[str, Any]],
+                    arch: str | None = None) -> list[str]:
+        """The instance for each shape of a batch."""
+        checked = [self.problem(p, arch) for p in problems]
+        if self._costs_c is not None:
+            return [self._ranked(p, self.costs(p), 1)[0] for p in checked]
+        costs = self._costs_batch(checked) if checked else []
+        return [self._ranked(p, c, 1)[0] for p, c in zip(checked, costs)]
+
+    def frame_costs(self, frame: Any) -> np.ndarray:
+        """Costs of a frame's pairs (shape fields and `kernel` per row); NaN for an instance
+        this model does not know. Used to compare models on the same held-out rows."""
+        known = frame["kernel"].map(self.index)
+        rows = known.notna().to_numpy()
+        out = np.full(len(frame), np.nan)
+        if rows.any():
+            shapes = {f: frame[f].to_numpy(np.float64)[rows] for f in CONV_FIELDS}
+            table = self._table[known[rows].astype(int).to_numpy()]
+            raw = self._booster.predict(feature_matrix(self.spec, shapes, table),
+                                        raw_score=True)
+            out[rows] = cost_of(self.kind, raw)
+        return out

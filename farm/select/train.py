@@ -1,0 +1,188 @@
+"""Training per (operator, architecture, dtype): a LightGBM regressor on log latency and a
+lambdarank ranker grouped by problem, both early-stopped on the validation problems; the one of
+higher validation efficiency is kept and scored on the held-out problems.
+
+Rows are the measured pairs of problems that have at least one applicable `ok` time. A failed
+pair (wrong result, launch error, timeout) teaches the models to avoid it: the regressor sees
+it as `failed_penalty` times the problem's slowest time, the ranker as relevance 0. Pairs the
+family's rules forbid are trained the same way (learn_inapplicable), only so that they rank
+last: the Selector still filters by the rules, and evaluation scores applicable pairs only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from farm.problems import CONV_FIELDS
+from farm.select.catalogue import CatalogueEntry
+from farm.select.data import Dataset
+from farm.select.evaluate import Efficiency, efficiency
+from farm.select.features import FeatureSpec, feature_matrix, instance_matrix
+
+KINDS = ("regressor", "ranker")
+GRADES = 30  # ranker relevance: 30 for the fastest, one less per 4% slower, 0 at the floor
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Model hyperparameters (small trees, so that selection stays in microseconds)."""
+
+    rounds: int = 100  # each tree costs ~0.4 us of selection (77 candidates)
+    learning_rate: float = 0.2
+    num_leaves: int = 31
+    min_data_in_leaf: int = 10
+    feature_fraction: float = 0.9
+    early_stopping: int = 30
+    failed_penalty: float = 4.0
+    learn_inapplicable: bool = True  # train on pairs the rules forbid too, as failures, so that
+    # they rank last and the selector's lazy applicability check stops at once
+    inapplicable_weight: float = 0.05  # the regressor's weight of those rows
+    kinds: tuple[str, ...] = KINDS
+    threads: int = 1  # OpenMP threads; more only pays on an otherwise idle machine
+    seed: int = 0
+
+    def params(self, kind: str) -> dict[str, Any]:
+        common = {"learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
+                  "min_data_in_leaf": self.min_data_in_leaf, "verbose": -1,
+                  "feature_fraction": self.feature_fraction, "seed": self.seed,
+                  "deterministic": True, "force_row_wise": True,
+                  "num_threads": self.threads or os.cpu_count() or 1}
+        if kind == "regressor":
+            return {**common, "objective": "regression", "metric": "l2"}
+        gains = [2 ** (g / 3) - 1 for g in range(GRADES + 1)]
+        return {**common, "objective": "lambdarank", "metric": "ndcg", "eval_at": [5],
+                "label_gain": gains, "lambdarank_truncation_level": 16}
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """A chosen model with everything its bundle needs."""
+
+    spec: FeatureSpec
+    catalogue: tuple[CatalogueEntry, ...]
+    kind: str  # regressor (cost = predicted log latency) | ranker (cost = -score)
+    model_text: str
+    metrics: dict[str, Any]
+    data_window: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def operator(self) -> str:
+        return self.spec.operator
+
+    @property
+    def arch(self) -> str:
+        return self.spec.device.arch
+
+    @property
+    def dtype(self) -> str:
+        return self.spec.dtype
+
+
+def cost_of(kind: str, raw: np.ndarray) -> np.ndarray:
+    """Lower is better: the regressor's log latency, the ranker's negated score."""
+    return raw if kind == "regressor" else -raw
+
+
+def pair_features(spec: FeatureSpec, catalogue: tuple[CatalogueEntry, ...],
+                  frame: pd.DataFrame) -> np.ndarray:
+    """Feature rows of a frame's pairs (shape fields and catalogue index per row)."""
+    table = instance_matrix(spec, catalogue)
+    shapes = {f: frame[f].to_numpy(np.float64) for f in CONV_FIELDS}
+    return feature_matrix(spec, shapes, table[frame["candidate"].to_numpy()])
+
+
+def _targets(frame: pd.DataFrame, penalty: float) -> tuple[np.ndarray, np.ndarray]:
+    """(log latency, relevance grade) per row; failed rows are penalised."""
+    ok = (frame["status"].eq("ok") & frame["applicable"]).to_numpy()
+    times = frame["median_us"].to_numpy(np.float64)
+    by = frame.assign(t=np.where(ok, times, np.nan)).groupby("problem")["t"]
+    slowest, best = by.transform("max").to_numpy(), by.transform("min").to_numpy()
+    latency = np.where(ok, times, penalty * slowest)
+    slower = np.log(latency / best) / math.log(1.04)
+    grade = np.where(ok, np.clip(GRADES - np.ceil(slower - 1e-9), 0, GRADES), 0)
+    return np.log(latency), grade.astype(np.int32)
+
+
+def usable(frame: pd.DataFrame, applicable_only: bool = True) -> pd.DataFrame:
+    """Pairs (the applicable ones only, by default) of problems with at least one applicable
+    ok time, grouped by problem."""
+    f = frame[frame["applicable"]] if applicable_only else frame
+    ok = f["status"].eq("ok") & f["applicable"]
+    has_ok = ok.groupby(f["problem"]).transform("any")
+    return f[has_ok.to_numpy(bool)].sort_values(["problem", "candidate"], kind="stable")
+
+
+def _fit(kind: str, config: TrainConfig, names: tuple[str, ...], x: np.ndarray,
+         part: pd.DataFrame, xv: np.ndarray, val: pd.DataFrame) -> lgb.Booster:
+    log_t, grade = _targets(part, config.failed_penalty)
+    vlog_t, vgrade = _targets(val, config.failed_penalty)
+    label, vlabel = (log_t, vlog_t) if kind == "regressor" else (grade, vgrade)
+    group = part.groupby("problem", sort=False).size().to_numpy()
+    vgroup = val.groupby("problem", sort=False).size().to_numpy()
+    rank = kind == "ranker"
+    weight = lambda f: None if rank else np.where(  # noqa: E731
+        f["applicable"].to_numpy(bool), 1.0, config.inapplicable_weight)
+    train_set = lgb.Dataset(x, label, group=group if rank else None, weight=weight(part),
+                            feature_name=list(names), free_raw_data=False)
+    valid = lgb.Dataset(xv, vlabel, group=vgroup if rank else None, weight=weight(val),
+                        reference=train_set)
+    return lgb.train(config.params(kind), train_set, num_boost_round=config.rounds,
+                     valid_sets=[valid],
+                     callbacks=[lgb.early_stopping(config.early_stopping, verbose=False)])
+
+
+def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
+    """Fit each kind, keep the better by validation efficiency, score it on the holdout."""
+    start = time.perf_counter()
+    spec = FeatureSpec.build(data.operator, data.dtype, data.device)
+    parts = {s: usable(data.part(s)) for s in ("train", "validation", "holdout")}
+    for name in ("train", "validation"):
+        if parts[name]["problem"].nunique() < 2:
+            raise ValueError(f"too few {name} problems with an ok time to train "
+                             f"{data.operator} {data.dtype} on {data.arch}")
+    x = {s: pair_features(spec, data.catalogue, p) for s, p in parts.items()}
+    fit = {s: usable(data.part(s), not config.learn_inapplicable) for s in ("train", "validation")}
+    xf = {s: pair_features(spec, data.catalogue, p) for s, p in fit.items()}
+    fitted, scores = {}, {}
+    for kind in config.kinds:
+        booster = _fit(kind, config, spec.names, xf["train"], fit["train"], xf["validation"],
+                       fit["validation"])
+        fitted[kind] = booster
+        scores[kind] = {s: efficiency(parts[s], cost_of(kind, booster.predict(
+            x[s], num_iteration=booster.best_iteration, raw_score=True))).record()
+            for s in parts}
+    chosen = max(config.kinds, key=lambda k: (scores[k]["validation"]["mean"],
+                                              scores[k]["validation"]["p10"]))
+    booster = fitted[chosen]
+    text = booster.model_to_string(num_iteration=booster.best_iteration)
+    seconds = time.perf_counter() - start
+    metrics = {"kind": chosen, "holdout": scores[chosen]["holdout"],
+               "validation": scores[chosen]["validation"], "train": scores[chosen]["train"],
+               "candidates": {k: {"validation": v["validation"], "holdout": v["holdout"],
+                                  "trees": fitted[k].best_iteration or fitted[k].num_trees()}
+                              for k, v in scores.items()},
+               "trees": booster.best_iteration or booster.num_trees(),
+               "training_rows": int(len(fit["train"])), "training_seconds": seconds,
+               "synthetic": bool(data.window.get("synthetic"))}
+    return TrainedModel(spec, data.catalogue, chosen, text, metrics, dict(data.window),
+                        asdict(config))
+
+
+def summary(model: TrainedModel) -> str:
+    """A few lines on what was trained and how well it chooses."""
+    m = model.metrics
+    label = " (SYNTHETIC data: not a measured result)" if m.get("synthetic") else ""
+    lines = [f"{model.operator} {model.dtype} on {model.arch}: {m['kind']} with {m['trees']} "
+             f"trees, {m['training_rows']} training rows, {m['training_seconds']:.1f} s{label}"]
+    for part in ("validation", "holdout"):
+        lines.append(f"  {part:10s} " + Efficiency(**m[part]).line())
+    return "\n".join(lines)

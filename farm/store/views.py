@@ -1,0 +1,284 @@
+"""Read-only queries for the dashboard. Aggregation happens in SQL; results come back as
+DataFrames and frozen dataclasses. Open them with farm.store.readonly.open_views, whose engine
+cannot write.
+
+Efficiency vs oracle is computed per (problem, environment) over the `ok` rows of non-vendor
+kernels: oracle time = the fastest of them; efficiency = oracle time / time of an instance;
+rank = 1 + the number of strictly faster instances.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import Engine, case, func, or_, select
+
+from farm.problems import CONV_FIELDS
+from farm.store.models import (Artifact, Environment, Job, JobProblem, Kernel, Measurement, Model,
+                               Problem, Worker)
+
+VENDOR = "vendor"  # the family of the vendor-library baseline rows
+SHAPE_COLUMNS = {f: f.lower() if len(f) == 1 else f for f in CONV_FIELDS}
+_SHAPE = [getattr(Problem, c).label(f) for f, c in SHAPE_COLUMNS.items()]
+M = Measurement
+
+
+@dataclass(frozen=True)
+class Totals:
+    jobs: dict[str, int]  # jobs per status
+    statuses: dict[str, int]  # measurements per status
+    problems: int
+    kernels: int
+    models: int
+    workers_active: int
+
+    @property
+    def measurements(self) -> int:
+        return sum(self.statuses.values())
+
+    @property
+    def failed(self) -> int:
+        return sum(n for s, n in self.statuses.items() if s != "ok")
+
+    @property
+    def empty(self) -> bool:
+        return not self.jobs and not self.statuses and not self.models
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The values the dashboard's filters offer, from the small tables."""
+
+    operators: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    archs: tuple[str, ...]
+    gpu_names: tuple[str, ...]
+    families: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TimingSelection:
+    """Filters of the timings explorer; empty means any."""
+
+    operator: str | None = None
+    dtype: str | None = None
+    archs: tuple[str, ...] = ()
+    gpu_names: tuple[str, ...] = ()
+    families: tuple[str, ...] = ()
+    kernels: tuple[str, ...] = ()
+    shape: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (field, allowed values)
+    status: str | None = "ok"  # one status, "failed" (every other than ok), or None (any)
+    include_replay: bool = True
+
+
+class Views:
+    """The dashboard's queries over one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _frame(self, query) -> pd.DataFrame:
+        with self.engine.connect() as conn:
+            return pd.read_sql(query, conn)
+
+    def _rows(self, query) -> list[tuple]:
+        with self.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(query)]
+
+    # Overview ------------------------------------------------------------------------------
+    def totals(self) -> Totals:
+        count = lambda model: select(func.count()).select_from(model)
+        with self.engine.connect() as conn:
+            jobs = dict(conn.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+            statuses = dict(conn.execute(select(M.status, func.count()).group_by(M.status)).all())
+            scalars = [conn.scalar(count(m)) for m in (Problem, Kernel, Model)]
+            active = conn.scalar(count(Worker).where(Worker.state != "stopped"))
+        return Totals(jobs, statuses, *scalars, active)
+
+    def job_queue(self, finished: int = 50) -> pd.DataFrame:
+        """Queued and running jobs, then the latest `finished` others, with problem counts."""
+        problems = (select(func.count()).where(JobProblem.job_id == Job.id)
+                    .correlate(Job).scalar_subquery())
+        columns = [Job.id, Job.name, Job.operator, Job.dtype, Job.status, Job.priority,
+                   Job.total_pairs, Job.done_pairs, Job.failed_pairs, Job.cached_pairs,
+                   problems.label("problems"), Job.claimed_by, Job.error, Job.created_at,
+                   Job.started_at, Job.finished_at, Job.updated_at]
+        active = Job.status.in_(("queued", "running"))
+        live = self._frame(select(*columns).where(active))
+        done = self._frame(select(*columns).where(~active).order_by(Job.id.desc())
+                           .limit(finished))
+        return pd.concat([f for f in (live, done) if len(f)] or [live], ignore_index=True)
+
+    def workers(self) -> pd.DataFrame:
+        return self._frame(select(Worker).order_by(Worker.coordinator, Worker.name))
+
+    def throughput(self, since: dt.datetime, bucket_s: int) -> pd.DataFrame:
+        """Measurements taken per time bucket since `since` (UTC): time, ok, failed. A pair
+        measured again counts once, when last taken (history rows are not counted)."""
+        if self.engine.dialect.name == "sqlite":  # stored as 'YYYY-MM-DD HH:MM:SS.ffffff'
+            minute = func.substr(M.created_at, 1, 16)
+        else:
+            minute = func.date_trunc("minute", M.created_at)
+        ok = func.sum(case((M.status == "ok", 1), else_=0))
+        frame = self._frame(select(minute.label("minute"), func.count().label("count"),
+                                   ok.label("ok")).where(M.created_at >= since).group_by(minute))
+        frame["time"] = pd.to_datetime(frame["minute"], utc=True).dt.floor(f"{bucket_s}s")
+        out = frame.groupby("time", as_index=False)[["count", "ok"]].sum()
+        out["failed"] = out["count"] - out["ok"]
+        return out[["time", "ok", "failed"]]
+
+    def failures(self, limit: int = 200) -> pd.DataFrame:
+        """Non-ok measurements grouped by status and message, most frequent first."""
+        count = func.count().label("count")
+        return self._frame(select(M.status, M.message, count,
+                                  func.max(M.created_at).label("last_seen"))
+                           .where(M.status != "ok").group_by(M.status, M.message)
+                           .order_by(count.desc()).limit(limit))
+
+    # Filters -------------------------------------------------------------------------------
+    def choices(self) -> Choices:
+        distinct = lambda col: tuple(sorted(v for (v,) in self._rows(
+            select(col).distinct()) if v is not None))
+        return Choices(distinct(Problem.operator), distinct(Problem.dtype),
+                       distinct(Environment.arch), distinct(Environment.gpu_name),
+                       distinct(Kernel.family))
+
+    def problems(self, operator: str | None = None) -> pd.DataFrame:
+        query = select(Problem.id, Problem.key, Problem.operator, Problem.dtype, *_SHAPE,
+                       Problem.flops, Problem.min_bytes)
+        if operator:
+            query = query.where(Problem.operator == operator)
+        return self._frame(query.order_by(Problem.id))
+
+    def kernels(self, operator: str | None = None) -> pd.DataFrame:
+        query = select(Kernel.id, Kernel.key, Kernel.name, Kernel.family, Kernel.operator)
+        if operator:
+            query = query.where(Kernel.operator == operator)
+        return self._frame(query.order_by(Kernel.family, Kernel.name))
+
+    # Results per shape ---------------------------------------------------------------------
+    def _best(self, operator: str, dtype: str, arch: str, vendor: bool = False):
+        """Per (problem, environment): the fastest ok time and how many instances have one,
+        over the non-vendor families (or over the vendor's rows)."""
+        family = Kernel.family == VENDOR if vendor else Kernel.family != VENDOR
+        return (select(M.problem_id, M.environment_id,
+                       func.min(M.median_us).label("vendor_us" if vendor else "oracle_us"),
+                       func.count().label("instances"))
+                .join(Kernel, M.kernel_id == Kernel.id)
+                .where(*_scope(operator, dtype, arch), family)
+                .group_by(M.problem_id, M.environment_id).subquery("vendor" if vendor else "best"))
+
+    def per_shape(self, operator: str, dtype: str, arch: str) -> pd.DataFrame:
+        """Per (problem, environment): the fastest instance (the oracle), how many instances
+        ran, the vendor's time where measured, the shape and the environment."""
+        best, vendor = self._best(operator, dtype, arch), self._best(operator, dtype, arch, True)
+        query = (select(best.c.problem_id, best.c.environment_id, Problem.key.label("problem_key"),
+                        Kernel.name.label("best_kernel"), Kernel.family.label("best_family"),
+                        best.c.oracle_us, best.c.instances, vendor.c.vendor_us, *_SHAPE,
+                        Problem.flops, Problem.min_bytes, Environment.gpu_name,
+                        Environment.replay_of)
+                 .join(M, (M.problem_id == best.c.problem_id)
+                       & (M.environment_id == best.c.environment_id)
+                       & (M.median_us == best.c.oracle_us))
+                 .join(Kernel, M.kernel_id == Kernel.id)
+                 .join(Problem, Problem.id == best.c.problem_id)
+                 .join(Environment, Environment.id == best.c.environment_id)
+                 .outerjoin(vendor, (vendor.c.problem_id == best.c.problem_id)
+                            & (vendor.c.environment_id == best.c.environment_id))
+                 .where(_ok(), Kernel.family != VENDOR))
+        frame = self._frame(query).sort_values(["problem_id", "environment_id", "best_kernel"])
+        return frame.drop_duplicates(["problem_id", "environment_id"], ignore_index=True)
+
+    def instance_stats(self, operator: str, dtype: str, arch: str) -> pd.DataFrame:
+        """Per instance: shapes it ran on, summed efficiency over them, and wins (fastest)."""
+        best = self._best(operator, dtype, arch)
+        return self._frame(
+            select(Kernel.name.label("kernel"), Kernel.family, func.count().label("shapes"),
+                   func.sum(best.c.oracle_us / M.median_us).label("efficiency_sum"),
+                   func.sum(case((M.median_us <= best.c.oracle_us, 1), else_=0)).label("wins"))
+            .select_from(best)
+            .join(M, (M.problem_id == best.c.problem_id)
+                  & (M.environment_id == best.c.environment_id))
+            .join(Kernel, M.kernel_id == Kernel.id)
+            .where(_ok(), Kernel.family != VENDOR)
+            .group_by(Kernel.name, Kernel.family))
+
+    def timings_of(self, operator: str, dtype: str, arch: str,
+                   kernels: tuple[str, ...]) -> pd.DataFrame:
+        """The ok timings of these instances (by name or kernel key), each with its rank among
+        the non-vendor instances of its (problem, environment)."""
+        part = (M.problem_id, M.environment_id)
+        ranked = (select(M.problem_id, M.environment_id, Problem.key.label("problem_key"),
+                         Kernel.name.label("kernel"), Kernel.key.label("kernel_key"),
+                         M.median_us,
+                         func.rank().over(partition_by=part, order_by=M.median_us).label("rank"))
+                  .join(Kernel, M.kernel_id == Kernel.id)
+                  .join(Problem, M.problem_id == Problem.id)
+                  .where(*_scope(operator, dtype, arch), Kernel.family != VENDOR)
+                  .subquery("ranked"))
+        return self._frame(select(ranked).where(or_(ranked.c.kernel.in_(kernels),
+                                                    ranked.c.kernel_key.in_(kernels))))
+
+    # Models --------------------------------------------------------------------------------
+    def models(self) -> pd.DataFrame:
+        return self._frame(select(Model.id, Model.operator, Model.arch, Model.dtype,
+                                  Model.version, Model.promoted, Model.created_at,
+                                  Model.metrics, Model.data_window, Model.artifact_id,
+                                  Artifact.size.label("bundle_bytes"))
+                           .outerjoin(Artifact, Model.artifact_id == Artifact.id)
+                           .order_by(Model.operator, Model.arch, Model.dtype, Model.version))
+
+    def bundle(self, artifact_id: int) -> tuple[str, bytes]:
+        """An exported model bundle: its key and bytes."""
+        rows = self._rows(select(Artifact.key, Artifact.data).where(Artifact.id == artifact_id))
+        if not rows:
+            raise LookupError(f"no artifact with id {artifact_id}")
+        return rows[0][0], bytes(rows[0][1])
+
+    # Timings explorer ----------------------------------------------------------------------
+    def timings(self, where: TimingSelection, limit: int) -> pd.DataFrame:
+        """At most `limit` timings matching `where`, newest pairs last."""
+        query = (select(M.id, M.status, M.median_us, M.min_us, M.p90_us, M.spread, M.samples,
+                        M.tflops, M.gbps, M.message, M.job_id, M.created_at, Kernel.family,
+                        Kernel.name.label("kernel"), Problem.operator, Problem.dtype, *_SHAPE,
+                        Problem.flops, Problem.min_bytes, Problem.key.label("problem_key"),
+                        Environment.gpu_name, Environment.arch, Environment.replay_of)
+                 .join(Kernel, M.kernel_id == Kernel.id)
+                 .join(Problem, M.problem_id == Problem.id)
+                 .join(Environment, M.environment_id == Environment.id))
+        for column, value in ((Problem.operator, where.operator), (Problem.dtype, where.dtype)):
+            if value:
+                query = query.where(column == value)
+        if where.status:
+            query = query.where(M.status != "ok" if where.status == "failed"
+                                else M.status == where.status)
+        for column, values in ((Environment.arch, where.archs),
+                               (Environment.gpu_name, where.gpu_names),
+                               (Kernel.family, where.families), (Kernel.name, where.kernels),
+                               *((getattr(Problem, SHAPE_COLUMNS[f]), v) for f, v in where.shape)):
+            if values:
+                query = query.where(column.in_(list(values)))
+        if not where.include_replay:
+            query = query.where(Environment.replay_of.is_(None))
+        return self._frame(query.order_by(M.id).limit(limit))
+
+
+def _ok():
+    """status = 'ok', written so that SQLite never walks the status index for it (nearly
+    every row is ok; without ANALYZE statistics it would pick that index over better ones)."""
+    return M.status.concat("") == "ok"
+
+
+def _scope(operator: str, dtype: str, arch: str) -> tuple[Any, ...]:
+    """ok timings of one operator and dtype on one architecture (problems and environments
+    by id, so the planner walks the (problem, environment) index)."""
+    return (_ok(), M.median_us.is_not(None),
+            M.problem_id.in_(select(Problem.id).where(Problem.operator == operator,
+                                                      Problem.dtype == dtype)),
+            M.environment_id.in_(select(Environment.id).where(Environment.arch == arch)))
+
+
+__all__ = ["VENDOR", "Choices", "TimingSelection", "Totals", "Views"]

@@ -1,0 +1,272 @@
+"""The dashboard through Streamlit's AppTest: every page against a database whose figures are
+known by hand (tests/dashboard_support.py), the empty and unusable databases, the read-only
+views on SQLite and PostgreSQL, and `farm dashboard`."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
+
+from dashboard import data
+from farm.store.db import make_engine, upgrade
+from farm.store.readonly import database_state, open_views
+from farm.store.views import TimingSelection
+from tests.dashboard_support import BUNDLE, PROBLEMS, seed
+
+APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+SCREENS = ["overview", "efficiency", "vs_vendor", "timings", "models"]
+
+
+@pytest.fixture
+def seeded(sqlite_url, monkeypatch) -> str:
+    seed(sqlite_url)
+    monkeypatch.setenv("FARM_DB_URL", sqlite_url)
+    return sqlite_url
+
+
+def page(name: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=30).run()
+    if name != "overview":
+        at.switch_page(f"screens/{name}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> list[tuple[str, str]]:
+    return [(m.label, m.value) for m in at.metric]
+
+
+def _decoded(value):
+    """Plotly's typed arrays ({dtype, bdata, shape}) as lists."""
+    if isinstance(value, dict) and "bdata" in value:
+        array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        if "shape" in value:
+            array = array.reshape([int(n) for n in str(value["shape"]).split(",")])
+        return array.tolist()
+    if isinstance(value, dict):
+        return {k: _decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
+
+
+def figures(at: AppTest) -> dict[str, dict]:
+    """The plotly figures on the page by title, typed arrays decoded."""
+    out = {}
+    for chart in at.get("plotly_chart"):
+        spec = _decoded(json.loads(chart.proto.spec))
+        out[spec["layout"]["title"]["text"]] = spec
+    return out
+
+
+def test_overview(seeded):
+    at = page("overview")
+    assert at.title[0].value == "Overview"
+    assert metrics(at) == [("Running jobs", "1"), ("Queued jobs", "1"), ("Measurements", "12"),
+                           ("Failed", "1 (8.3%)"), ("Active workers", "1"), ("Models", "2")]
+    jobs, workers, failures = (d.value for d in at.dataframe)
+    assert list(jobs["name"]) == ["sweep-running", "sweep-queued", "sweep-done"]
+    running = jobs.iloc[0]
+    assert running["progress"] == pytest.approx(50.0)
+    assert running["eta"].startswith("1 min 4")  # 50 pairs left at 0.5 pairs/s (and a bit)
+    assert jobs.iloc[2]["progress"] == pytest.approx(100.0) and jobs.iloc[2]["eta"] == ""
+    assert list(workers["name"]) == ["coord/gpu0"]  # the stopped worker is not shown
+    assert workers.iloc[0]["measuring"] == "kernel_a on P1"
+    assert failures.to_dict("records")[0] | {"last_seen": None} == {
+        "status": "wrong_result", "message": "max error 0.5 > 0.02", "count": 1,
+        "last_seen": None}
+    chart = figures(at)["Measurements per minute"]
+    ok, failed = chart["data"]
+    assert (sum(ok["y"]), sum(failed["y"])) == (11, 1)
+    assert "refreshes every 5 s while jobs run" in " ".join(c.value for c in at.caption)
+
+
+def test_overview_stops_refreshing_without_active_jobs(seeded):
+    engine = make_engine(seeded)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE jobs SET status = 'done'"))
+    at = page("overview")
+    assert "reload to refresh" in " ".join(c.value for c in at.caption)
+
+
+def test_efficiency(seeded):
+    at = page("efficiency")
+    assert at.selectbox(key="eff_model").value == "model v1 (promoted)"
+    assert at.selectbox(key="eff_compare").value == "best single instance (kernel_a)"
+    shown = metrics(at)
+    model, baseline = dict(shown[:6]), dict(shown[6:])
+    assert model == {"Mean": "0.667", "Median": "1.000", "P10": "0.200", "Min": "0.000",
+                     "Top-1": "66.7%", "Top-5": "66.7%"}
+    assert baseline == {"Mean": "0.667", "Median": "0.500", "P10": "0.500", "Min": "0.500",
+                        "Top-1": "33.3%", "Top-5": "100.0%"}
+    assert "1 where the choice has no ok time (scored 0)" in at.caption[0].value
+    charts = figures(at)
+    hist = charts["Efficiency per shape"]["data"]
+    assert sorted(hist[0]["x"]) == [0.0, 1.0, 1.0] and sorted(hist[1]["x"]) == [0.5, 0.5, 1.0]
+    topk = charts["Top-k agreement"]["data"]
+    assert topk[1]["y"][:2] == [pytest.approx(1 / 3), 1.0]
+    wins = charts["Fastest instance per shape"]["data"][0]
+    assert dict(zip(wins["y"], wins["x"])) == {"kernel_a": 1, "kernel_b": 1, "kernel_c": 1}
+    worst_model, worst_base = (d.value for d in at.dataframe)
+    assert list(worst_model["efficiency"]) == [0.0, 1.0, 1.0]
+    assert worst_model.iloc[0]["chosen"] == "kernel_c" and worst_model.iloc[0]["rank"] != 1
+    assert list(worst_base["efficiency"]) == [0.5, 0.5, 1.0]
+    assert list(worst_base["oracle_us"]) == [4.0, 15.0, 10.0]
+
+    at.selectbox(key="eff_model").set_value("model v2").run()
+    assert dict(metrics(at)[:6])["Mean"] == "0.950"
+    assert "Stored held-out figures (40 problems)" in at.caption[0].value
+    stored = figures(at)["Top-k efficiency (stored, held-out): the best of the model's k best "
+                         "choices"]["data"][0]
+    assert (stored["x"], stored["y"]) == ([1, 2, 4, 8], [0.95, 0.97, 0.99, 1.0])
+
+
+def test_vs_vendor(seeded):
+    at = page("vs_vendor")
+    assert dict(metrics(at)) == {"Shapes": "3", "Geomean speed-up": "1.19x",
+                                 "Ours faster": "67%", "Best": "2.00x", "Worst": "0.67x"}
+    table = at.dataframe[0].value
+    assert list(table["speedup"]) == pytest.approx([2 / 3, 1.25, 2.0])
+    assert list(table["ours_us"]) == [15.0, 10.0, 4.0]
+    assert list(table["vendor_us"]) == [10.0, 12.5, 8.0]
+    assert list(table["our best instance"]) == ["kernel_b", "kernel_a", "kernel_c"]
+    assert list(table["group"]) == ["grouped", "dense", "depthwise"]
+    assert "resnet50" in table.iloc[1]["networks"] and table.iloc[0]["networks"] == ""
+    bars = figures(at)["Speed-up over the vendor"]["data"][0]
+    assert sum(bars["y"]) == 3
+    at.multiselect(key="vs_networks").set_value(["mobilenet_v2"]).run()
+    assert at.dataframe[0].value["shape"].tolist() == ["N32 C144 K144 G144 56x56 3x3 p1x1"]
+    at.multiselect(key="vs_networks").set_value([]).run()
+    at.multiselect(key="vs_groups").set_value(["dense"]).run()
+    assert dict(metrics(at))["Geomean speed-up"] == "1.25x"
+
+
+def test_timings(seeded):
+    at = page("timings")
+    assert at.caption[0].value == "11 matching rows."
+    table = at.dataframe[0].value
+    assert len(table) == 11 and set(table["status"]) == {"ok"}
+    scatter = figures(at)["median_us against flops"]["data"]
+    assert {t["name"] for t in scatter} == {"conv_direct", "conv_igemm", "vendor"}
+    heat = figures(at)["Instance x shape: efficiency in shape"]["data"][0]
+    assert len(heat["y"]) == 4 and len(heat["x"]) == 3 and max(map(max, heat["z"])) == 1.0
+    at.multiselect(key="t_families").set_value(["conv_direct"]).run()
+    assert list(at.dataframe[0].value["median_us"]) == [40.0, 4.0]
+    at.multiselect(key="t_families").set_value([]).run()
+    at.selectbox(key="t_status").set_value("failed only").run()
+    failed = at.dataframe[0].value
+    assert failed[["kernel", "message"]].values.tolist() == [["kernel_c", "max error 0.5 > 0.02"]]
+    assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download parquet"]
+
+
+def test_timings_download_and_shape_filter(seeded):
+    where = TimingSelection(shape=(("G", (1, 144)),))
+    csv = pd.read_csv(io.BytesIO(data.download(seeded, where, "csv")))
+    parquet = pd.read_parquet(io.BytesIO(data.download(seeded, where, "parquet")))
+    assert len(csv) == len(parquet) == 8  # the ok rows of P1 and P3
+    assert set(csv["G"]) == {1, 144}
+
+
+def test_models(seeded):
+    at = page("models")
+    assert dict(metrics(at))["Models"] == "2" and dict(metrics(at))["Promoted"] == "1"
+    table = at.dataframe[0].value
+    assert table[["version", "promoted", "kind", "mean", "problems"]].values.tolist() == [
+        [1, True, "ranker", pytest.approx(2 / 3), 3], [2, False, "regressor", 0.95, 40]]
+    eff = figures(at)["Efficiency vs oracle over time"]["data"]
+    assert [t["name"] for t in eff] == ["mean", "median", "p10", "min"]
+    assert eff[0]["y"] == [pytest.approx(2 / 3), 0.95]
+    assert eff[0]["marker"]["symbol"] == ["star", "circle"]
+    button = at.get("download_button")[0]
+    assert button.label == f"Download model-conv2d_fwd-sm_90-bf16-v2.bundle ({len(BUNDLE)} bytes)"
+    assert data.bundle(seeded, 1) == BUNDLE
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_an_empty_database_says_what_to_do(screen, tmp_path, monkeypatch):
+    monkeypatch.setenv("FARM_DB_URL", f"sqlite:///{tmp_path / 'none.db'}")
+    at = page(screen)
+    assert "Nothing to show yet: there is no database file" in at.info[0].value
+    assert "farm submit jobs/examples/resnet50_fwd.yaml" in at.markdown[-1].value
+    assert not (tmp_path / "none.db").exists()  # the dashboard never creates it
+    url = f"sqlite:///{tmp_path / 'migrated.db'}"
+    upgrade(make_engine(url))
+    monkeypatch.setenv("FARM_DB_URL", url)
+    at = page(screen)
+    assert "no jobs, measurements or models yet" in at.info[0].value
+
+
+def test_unusable_databases(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(make_engine(url), "0001")
+    monkeypatch.setenv("FARM_DB_URL", url)
+    assert "Run `farm db upgrade`" in page("overview").warning[0].value
+    monkeypatch.setenv("FARM_DB_URL", "postgresql://nobody@127.0.0.1:1/farm")
+    assert "Cannot read the database" in page("models").error[0].value
+
+
+def test_views_on_both_databases_and_never_write(db_url):
+    seed(db_url)
+    assert database_state(db_url).status == "ready"
+    views = open_views(db_url)
+    shapes = views.per_shape("conv2d_fwd", "bf16", "sm_90")
+    assert shapes[["best_kernel", "oracle_us", "vendor_us", "instances"]].values.tolist() == [
+        ["kernel_a", 10.0, 12.5, 3], ["kernel_b", 15.0, 10.0, 2], ["kernel_c", 4.0, 8.0, 3]]
+    assert list(shapes["problem_key"]) == [p.key for p in PROBLEMS]
+    stats = views.instance_stats("conv2d_fwd", "bf16", "sm_90").set_index("kernel")
+    assert stats.loc["kernel_a", "efficiency_sum"] == pytest.approx(2.0)
+    assert stats["wins"].to_dict() == {"kernel_a": 1, "kernel_b": 1, "kernel_c": 1}
+    ranked = views.timings_of("conv2d_fwd", "bf16", "sm_90", ("kernel_a", "key-c"))
+    assert sorted(ranked[["kernel", "rank"]].itertuples(index=False, name=None)) == [
+        ("kernel_a", 1), ("kernel_a", 2), ("kernel_a", 2), ("kernel_c", 1), ("kernel_c", 3)]
+    now = pd.Timestamp.now(tz="UTC")
+    flow = views.throughput(now - pd.Timedelta(hours=1), 60)
+    assert (flow["ok"].sum(), flow["failed"].sum()) == (11, 1)
+    assert views.totals().statuses == {"ok": 11, "wrong_result": 1}
+    assert len(views.timings(TimingSelection(status="failed"), 10)) == 1
+    with pytest.raises(DBAPIError, match="(?i)read.?only"), views.engine.begin() as conn:
+        conn.execute(text("DELETE FROM jobs"))
+    views.engine.dispose()
+
+
+def test_farm_dashboard_serves_on_localhost(monkeypatch):
+    from farm.cli import app
+
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd, env: calls.append((cmd, env)) or 0)
+    result = CliRunner().invoke(app, ["dashboard", "--db", "sqlite:////tmp/x.db"])
+    assert result.exit_code == 0, result.output
+    cmd, env = calls[0]
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--server.port") + 1] == "8501"
+    assert cmd[4].endswith("dashboard/app.py") and env["FARM_DB_URL"] == "sqlite:////tmp/x.db"
+    CliRunner().invoke(app, ["dashboard", "--address", "0.0.0.0", "--port", "9000"])
+    assert calls[1][0][calls[1][0].index("--server.address") + 1] == "0.0.0.0"
+
+
+@pytest.mark.parametrize("screen,says", [
+    ("overview", None), ("efficiency", "No measurements yet"), ("vs_vendor", "No measurements yet"),
+    ("timings", "No measurement matches"), ("models", "No selection model has been trained")])
+def test_a_queued_job_and_nothing_measured(screen, says, sqlite_url, monkeypatch):
+    from farm.store import open_store
+
+    open_store(sqlite_url).create_job("first", "conv2d_fwd", "bf16", 0, {}, PROBLEMS[:1])
+    monkeypatch.setenv("FARM_DB_URL", sqlite_url)
+    at = page(screen)
+    if says:
+        assert says in at.info[0].value
+    else:
+        assert dict(metrics(at))["Queued jobs"] == "1"
+        assert at.dataframe[0].value["name"].tolist() == ["first"]
+        assert "No measurements in the last hour." in [c.value for c in at.caption]
