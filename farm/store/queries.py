@@ -13,8 +13,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from farm.problems import CONV_FIELDS, ConvProblem
-from farm.store.models import (Environment, Job, JobProblem, Kernel, Measurement,
-                               MeasurementHistory, Problem, Worker, utcnow)
+from farm.store.models import (Artifact, Environment, Job, JobProblem, Kernel, Measurement,
+                               MeasurementHistory, Model, Problem, Worker, utcnow)
 
 JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 MEASUREMENT_STATES = ("ok", "compile_error", "launch_error", "timeout", "wrong_result",
@@ -488,7 +488,6 @@ def problem_record(row: Problem) -> ConvProblem:
 # Selection models: the model registry (farm/select) -----------------------------------------
 # Kept apart from the measurement queries above; the bundle of each model is an artifact row
 # of kind model_bundle.
-from farm.store.models import Artifact, Model  # noqa: E402
 
 
 @dataclass(frozen=True)
