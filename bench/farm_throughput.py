@@ -7,7 +7,9 @@
    per GPU, and the ratio of the GPUs' wall time to the kernels' own timed time (samples x
    median, summed over the rows).
 3. Speed-up: measurements per second on all GPUs over those on one (target: 1.9 on 2 GPUs).
+With --record FILE, the one-GPU run's jobs are exported as a recording for the replay device.
 Usage: python -m bench.farm_throughput [--out DIR] [--spec FILE ...] [--gpus 1,2]
+       [--record jobs/recordings/h100-standard.parquet]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from farm.cluster.compiling import Compiles
 from farm.cluster.demo import STANDARD_SWEEP
 from farm.cluster.pairs import select_instances
 from farm.gpu import list_devices
+from farm.recording import export_recording
 from farm.specs import load_spec
 from farm.store import TimingFilter, open_store
 from farm.worker import target_of
@@ -53,7 +56,7 @@ def compile_cold(specs, target: str, folder: Path) -> dict:
             "instances_per_s_per_core": stats["instances"] / seconds / cores}
 
 
-def measure(specs, gpus: int, cache: Path, workdir: Path) -> dict:
+def measure(specs, gpus: int, cache: Path, workdir: Path, record: Path | None = None) -> dict:
     ray.init(num_gpus=gpus, num_cpus=os.cpu_count(), include_dashboard=False,
              log_to_driver=False)
     try:
@@ -64,13 +67,16 @@ def measure(specs, gpus: int, cache: Path, workdir: Path) -> dict:
     finally:
         ray.shutdown()
     seconds = sum(o.seconds for o in outcomes)  # from claim to finish: actor start excluded
-    ok = sum(o.done for o in outcomes)
-    timed_s = 0.0
+    ok = timed_s = 0.0
     for job in jobs:
-        rows = store.timings(TimingFilter(job_id=job))
+        rows = store.timings(TimingFilter(job_id=job))  # the ok rows
+        ok += len(rows)
         timed_s += float((rows["samples"] * rows["median_us"]).sum()) / 1e6
+    if record is not None:
+        export_recording(store, jobs, record, note="the standard sweep, measured by "
+                         "bench/farm_throughput.py on one GPU")
     return {"gpus": gpus, "seconds": seconds, "pairs": sum(o.measured for o in outcomes),
-            "ok": ok, "failed": sum(o.failed for o in outcomes),
+            "ok": int(ok), "failed": sum(o.failed for o in outcomes),
             "ok_per_s_per_gpu": ok / seconds / gpus,
             "wall_over_timed": seconds * gpus / timed_s if timed_s else None,
             "statuses": {o.name: o.status for o in outcomes}}
@@ -81,6 +87,8 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--spec", action="append", type=Path)
     parser.add_argument("--gpus", default=None, help="GPU counts to compare, e.g. 1,2")
+    parser.add_argument("--record", type=Path, help="write the first run's jobs here "
+                                                   "(a recording for the replay device)")
     args = parser.parse_args()
     devices = list_devices()
     if not devices:
@@ -94,7 +102,8 @@ def main() -> None:
         print("compile:", figures["compile"], flush=True)
         runs = []
         for gpus in dict.fromkeys(counts):
-            runs.append(measure(specs, gpus, work / "code", work))
+            runs.append(measure(specs, gpus, work / "code", work,
+                                args.record if not runs else None))
             print(f"{gpus} GPU(s):", runs[-1], flush=True)
     figures["measure"] = runs
     if len(runs) > 1:

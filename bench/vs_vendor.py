@@ -5,13 +5,20 @@ each direction, every instance of every family (conv_naive excepted) and the ven
 verified and timed by the same policy in one run. Reports per shape both times, the ratio,
 TFLOP/s and GB/s against the copy bandwidth measured in the same run; geometric means per
 direction. Writes bench/results/vs_vendor.json and every pair to vs_vendor_pairs.parquet.
+
+With --recording FILE no GPU is needed: the table is read from a recording of the standard sweep
+(`farm record`, or bench/farm_throughput.py --record), whose every pair, the vendor's included,
+was measured on the recorded GPU by the farm's default policy; it is written as
+vs_vendor_networks.json, with geometric means per direction, per network and per group kind.
 Usage: python -m bench.vs_vendor [--shapes anchors|networks|all] [--ops ...] [--out DIR]
+       python -m bench.vs_vendor --recording jobs/recordings/h100-standard.parquet [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import time
 from pathlib import Path
@@ -19,7 +26,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.common import write_result
-from farm.problems import CONV_OPERATORS, ConvProblem
+from farm.problems import CONV_FIELDS, CONV_OPERATORS, ConvProblem
+from farm.recording import read_recording
 from farm.timing import TimingPolicy
 from farm.worker import GpuWorker
 from kernels import families_for
@@ -69,14 +77,83 @@ def copy_bandwidth_gbps() -> float | None:
     return 2 * (1 << 30) * 10 / (start.elapsed_time(stop) * 1e-3) / 1e9
 
 
+def geomean(values) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def group_kind(fields: dict) -> str:
+    if fields["G"] == 1:
+        return "dense"
+    return "depthwise" if fields["G"] == fields["C"] == fields["K"] else "grouped"
+
+
+def from_recording(path: Path, out: str | None) -> None:
+    """The vendor comparison over every shape of a recorded sweep (no GPU needed)."""
+    recording = read_recording(path)
+    frame = recording.frame[recording.frame["status"] == "ok"]
+    layers: dict[tuple, list[str]] = {}
+    with NETWORKS.open() as handle:
+        for row in csv.DictReader(handle):
+            key = tuple(int(row[f]) for f in CONV_FIELDS)
+            layers.setdefault(key, []).append(f"{row['network']} {row['layer']}")
+    table = []
+    for (op, _), rows in frame.groupby(["operator", "problem_key"], sort=False):
+        first = rows.iloc[0]
+        fields = {f: int(first[f]) for f in CONV_FIELDS}
+        problem = ConvProblem(op=op, dtype=str(first["dtype"]), **fields)
+        vendor = rows[rows["family"] == "vendor"]["median_us"]
+        ours = rows[rows["family"] != "vendor"].sort_values("median_us").head(1)
+        if ours.empty:
+            continue
+        ours_us, vendor_us = float(ours["median_us"].iloc[0]), \
+            (float(vendor.iloc[0]) if len(vendor) else None)
+        names = layers.get(tuple(fields[f] for f in CONV_FIELDS), [problem.label()])
+        table.append({"op": op, "problem": problem.label(), "layers": names,
+                      "networks": sorted({n.split()[0] for n in names}),
+                      "kind": group_kind(fields), "ours_us": ours_us,
+                      "best_instance": str(ours["instance"].iloc[0]),
+                      "best_family": str(ours["family"].iloc[0]), "vendor_us": vendor_us,
+                      "speedup": vendor_us / ours_us if vendor_us else None,
+                      "ours_tflops": problem.flops / ours_us / 1e6,
+                      "ours_gbps": problem.min_bytes / ours_us / 1e3,
+                      "vendor_gbps": problem.min_bytes / vendor_us / 1e3 if vendor_us else None})
+    summary: dict = {}
+    for op in sorted({e["op"] for e in table}):
+        entries = [e for e in table if e["op"] == op and e["speedup"]]
+        networks = sorted({n for e in entries for n in e["networks"]})
+        summary[op] = {
+            "shapes": len(entries), "geomean": geomean(e["speedup"] for e in entries),
+            "wins": sum(e["speedup"] > 1 for e in entries),
+            "wins_by_10pct": sum(e["speedup"] > 1.1 for e in entries),
+            "by_kind": {k: {"shapes": sum(e["kind"] == k for e in entries),
+                            "geomean": geomean(e["speedup"] for e in entries if e["kind"] == k)}
+                        for k in ("dense", "grouped", "depthwise")},
+            "by_network": {n: geomean(e["speedup"] for e in entries if n in e["networks"])
+                           for n in networks}}
+        print(f"{op:18} {summary[op]['shapes']:4} shapes  geomean x{summary[op]['geomean']:.3f}  "
+              f"wins {summary[op]['wins']}  " + "  ".join(
+                  f"{k} x{v['geomean'] or float('nan'):.2f} ({v['shapes']})"
+                  for k, v in summary[op]["by_kind"].items()))
+    figures = {"recording": path.name, "recording_note": recording.note,
+               "policy": json.loads(frame["policy"].iloc[0]) if len(frame) else None,
+               "summary": summary, "shapes": table}
+    written = write_result("vs_vendor_networks", recording.environment, figures, out)
+    print(f"wrote {written}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--recording", type=Path, help="read the pairs from this recording "
+                                                       "instead of measuring (no GPU)")
     parser.add_argument("--shapes", default="anchors", choices=["anchors", "networks", "all"])
     parser.add_argument("--ops", nargs="*", default=list(CONV_OPERATORS))
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.recording:
+        return from_recording(args.recording, args.out)
     worker = GpuWorker()
     copy_gbps = copy_bandwidth_gbps()
     rows, table = [], []

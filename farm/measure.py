@@ -3,8 +3,13 @@
 Per problem (ProblemBench): random inputs drawn on the GPU (never zeros), one fp32 reference
 output from the operator's reference kernel. Per instance (measure): poison the output, launch
 once, compare with the reference (NaN and unwritten elements fail), warm up, then time repeated
-launches between device events with the L2 cache overwritten before each, until the spread is
-small enough, the time budget is spent, or the repeat limit is reached.
+launches between device events with a cold L2 cache for each, until the spread is small
+enough, the time budget is spent, or the repeat limit is reached.
+
+A cold L2 costs nothing per launch where the problem's tensors are large enough: the timed
+launches rotate among copies of them (ProblemBench.copies), enough that the traffic of the other
+copies evicts each one before its next use. Small problems, which would need too many copies,
+get a memset of the L2's size before each launch instead.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ from kernels.source import load_source
 
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 POISON_BYTE = 0xFF  # all-ones is NaN in fp32, fp16 and bf16
+MAX_COPIES = 16  # more tensor copies than this to keep the L2 cold: flush with a memset instead
+LOOKAHEAD_US = 150.0  # GPU work kept queued past a timing checkpoint (covers the host's check)
+HOST_LAUNCH_US = 50.0  # the host's time to queue one timed launch, until measured
+HOLD_BELOW = 0.7  # hold the GPU before a batch when host time per launch > this x GPU time
+HOLD_MAX_US = 20_000.0
 
 
 class DeviceLost(RuntimeError):
@@ -102,7 +112,13 @@ class SupportKernels:
         self.device, self.sm_count = device, int(device.fingerprint().get("sm_count", 132))
         self.fill = device.function(module, "fill_random")
         self.compare_fn = device.function(module, "compare")
+        self.hold_fn = device.function(module, "hold")
         self.scratch = device.alloc(32)
+
+    def hold(self, microseconds: float) -> None:
+        """Keep the GPU busy for `microseconds` (see `hold` in support.cu)."""
+        self.device.launch(self.hold_fn, (1, 1, 1), (1, 1, 1), 0,
+                           [("u64", int(1000 * microseconds))])
 
     def fill_random(self, ptr: int, elements: int, seed: int) -> None:
         blocks = grid_stride_blocks(elements, 256, self.sm_count, 8)
@@ -135,6 +151,8 @@ class ProblemBench:
         self.output = self.tensors[-1]
         self.pointers: dict[str, int] = {}
         self.workspace_bytes = 0
+        self.seed = seed
+        self._copies: list[dict[str, int]] = []
         try:
             for index, tensor in enumerate(self.tensors):
                 self.pointers[tensor.name] = device.alloc(tensor.elements * size)
@@ -167,11 +185,39 @@ class ProblemBench:
             self.device.memset(self.pointers["workspace"], 0, nbytes)
             self.workspace_bytes = nbytes
 
+    @property
+    def tensor_bytes(self) -> int:
+        size = ELEMENT_BYTES[self.problem.dtype]
+        return sum(tensor.elements * size for tensor in self.tensors)
+
+    def copies(self, policy: TimingPolicy) -> list[dict[str, int]]:
+        """Pointer sets to rotate the timed launches among: the problem's own tensors first,
+        then copies (inputs drawn at random, the workspace shared), as many as it takes for the
+        others to move flush_factor L2 sizes through the cache between two uses of one set.
+        Empty when that takes more than MAX_COPIES sets: flush with a memset then."""
+        l2_bytes = getattr(self.device, "l2_bytes", 0)
+        if not l2_bytes:
+            return []
+        count = math.ceil(policy.flush_factor * l2_bytes / self.tensor_bytes) + 1
+        if count > MAX_COPIES:
+            return []
+        size = ELEMENT_BYTES[self.problem.dtype]
+        while len(self._copies) < count - 1:
+            copy = {}
+            self._copies.append(copy)  # freed by close() even if an allocation fails
+            for index, tensor in enumerate(self.tensors):
+                copy[tensor.name] = self.device.alloc(tensor.elements * size)
+                if tensor.role == "input":
+                    self.support.fill_random(copy[tensor.name], tensor.elements,
+                                             (self.seed + len(self._copies)) * 7919 + index)
+        return [self.pointers, *({**self.pointers, **copy} for copy in self._copies[:count - 1])]
+
     def close(self) -> None:
-        for ptr in [*self.pointers.values(), getattr(self, "reference", None)]:
+        copied = [ptr for copy in getattr(self, "_copies", []) for ptr in copy.values()]
+        for ptr in [*self.pointers.values(), getattr(self, "reference", None), *copied]:
             if ptr:
                 self.device.free(ptr)
-        self.pointers = {}
+        self.pointers, self._copies = {}, []
         self.reference = None
 
 
@@ -188,10 +234,20 @@ def _rates(problem: Any, median_us: float) -> dict[str, float]:
     return {"tflops": problem.flops / seconds / 1e12, "gbps": problem.min_bytes / seconds / 1e9}
 
 
+def _mark(trace: list[tuple[str, float]] | None, label: str) -> None:
+    if trace is not None:
+        trace.append((label, time.perf_counter()))
+
+
 def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, module: Any,
-            policy: TimingPolicy, telemetry: Telemetry | None = None) -> PairResult:
+            policy: TimingPolicy, telemetry: Telemetry | None = None,
+            trace: list[tuple[str, float]] | None = None,
+            best_us: float | None = None) -> PairResult:
     """Verify, then time, one instance on the bench's problem. Raises DeviceLost when the
-    context is gone (the caller records the pair and restarts the process)."""
+    context is gone (the caller records the pair and restarts the process). `best_us`: the
+    fastest median measured on this problem so far (policy.stop_slower_than). `trace`, when
+    given, collects (phase, host clock) marks for profiling the harness itself."""
+    _mark(trace, "start")
     device, problem = bench.device, bench.problem
     policy_record = policy.model_dump()
     bench.ensure_workspace(family.workspace_bytes(instance, problem))
@@ -204,6 +260,8 @@ def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, modul
         wait(device, policy.timeout_s)
         d2, r2, bad, worst, peak = bench.support.compare(out, bench.reference,
                                                          bench.output.elements)
+        _mark(trace, "verified")
+        runnables = _rotation(bench, family, instance, module, policy, runnable)
     except GpuError as exc:
         if exc.context_lost:
             raise DeviceLost(f"launch_error: {exc}") from exc
@@ -218,39 +276,116 @@ def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, modul
                f"{rel_max:.3g} of max |ref| (limit {tolerance.rel_max:.3g})")
         return PairResult("wrong_result", verify_error=rel_l2 if not bad else math.inf,
                           message=why, policy=policy_record)
-    return _time(bench, runnable, policy, policy_record, rel_l2, telemetry)
+    policy_record["l2_copies"] = len(runnables) if policy.flush_l2 else 0
+    _mark(trace, "copies")
+    return _time(bench, runnables, policy, policy_record, rel_l2, telemetry, trace, best_us)
 
 
-def _time(bench: ProblemBench, runnable: Runnable, policy: TimingPolicy, policy_record: dict,
-          rel_l2: float, telemetry: Telemetry | None) -> PairResult:
+def _rotation(bench: ProblemBench, family: KernelFamily, instance: Instance, module: Any,
+              policy: TimingPolicy, runnable: Runnable) -> list[Runnable]:
+    """The runnables the timed launches cycle through: one per tensor copy when rotating keeps
+    the L2 cold, else just `runnable` (then each launch follows a memset flush)."""
+    if not policy.flush_l2 or policy.flush_method != "rotate":
+        return [runnable]
+    copies = bench.copies(policy)
+    return [runnable, *(family.runnable(instance, bench.problem, bench.device, module, pointers)
+                        for pointers in copies[1:])]
+
+
+class _LaunchQueue:
+    """Queues the timed launches, each between its event pair. Where the host cannot queue
+    launches faster than the GPU runs them (small kernels, library calls), a batch is preceded
+    by a hold on the GPU long enough for the host to queue all of it, so that a timed interval
+    never contains the host's launch overhead."""
+
+    def __init__(self, bench: ProblemBench, runnables: list[Runnable], events: list,
+                 policy: TimingPolicy) -> None:
+        self.bench, self.runnables, self.events = bench, runnables, events
+        self.limit, self.flush_factor = policy.max_repeats, policy.flush_factor
+        self.memset_flush = policy.flush_l2 and len(runnables) == 1
+        self.queued = 0
+        self.host_us = HOST_LAUNCH_US  # the host's time to queue one timed launch (measured)
+        self.gpu_us: float | None = None  # the GPU's time for one (the median so far)
+
+    def to(self, stop: int) -> None:
+        stop = min(stop, self.limit)
+        if stop <= self.queued:
+            return
+        count = stop - self.queued
+        if self.gpu_us is None or self.host_us > HOLD_BELOW * self.gpu_us:
+            self.bench.support.hold(min(HOLD_MAX_US, 1.5 * count * self.host_us + 20.0))
+        device, begin_at = self.bench.device, time.perf_counter()
+        for index in range(self.queued, stop):
+            begin, end = self.events[index]
+            if self.memset_flush:
+                device.flush_l2(self.flush_factor)
+            device.event_record(begin)
+            self.runnables[index % len(self.runnables)].enqueue()
+            device.event_record(end)
+        self.host_us = 1e6 * (time.perf_counter() - begin_at) / count
+        self.queued = stop
+
+
+def _time(bench: ProblemBench, runnables: list[Runnable], policy: TimingPolicy,
+          policy_record: dict, rel_l2: float, telemetry: Telemetry | None,
+          trace: list[tuple[str, float]] | None, best_us: float | None) -> PairResult:
+    """Timed launches in batches, checked after each batch (stop on the confidence interval,
+    the budget, the repeat limit, or a median far above `best_us`). The GPU never waits for
+    these checks: launches worth about LOOKAHEAD_US stay queued past each checkpoint, and are
+    read as samples when timing stops."""
     device = bench.device
-    for _ in range(policy.warmup):
-        runnable.enqueue()
-    wait(device, policy.timeout_s)
     before = telemetry.sample() if telemetry else {}
-    events = event_pairs(device, policy.max_repeats)
+    _mark(trace, "telemetry")
+    limit = policy.max_repeats
+    events = event_pairs(device, limit + 1)
+    launches = _LaunchQueue(bench, runnables, events, policy)
+    warm_begin, warm_end = events[limit]
+    device.event_record(warm_begin)
+    for _ in range(policy.warmup):
+        runnables[0].enqueue()
+    device.event_record(warm_end)
+    if policy.flush_l2 and not launches.memset_flush:
+        device.flush_l2(policy.flush_factor)  # once: the verified and warm-up launches' tensors
+    if policy.warmup:  # the warm-up's time decides the hold and the look-ahead
+        wait(device, policy.timeout_s, warm_end)
+        launches.gpu_us = 1000.0 * device.event_elapsed_ms(warm_begin, warm_end) / policy.warmup
+    checkpoint = policy.min_repeats
+    launches.to(checkpoint + _lookahead(launches.gpu_us))
+    _mark(trace, "warmed")
     times: list[float] = []
     start = time.perf_counter()
-    batch = policy.min_repeats
     while True:
-        for begin, end in events[len(times):len(times) + batch]:
-            if policy.flush_l2:
-                device.flush_l2(policy.flush_factor)
-            device.event_record(begin)
-            runnable.enqueue()
-            device.event_record(end)
-        for begin, end in events[len(times):len(times) + batch]:
+        while len(times) < checkpoint:
+            begin, end = events[len(times)]
             wait(device, policy.timeout_s, end)  # read each repeat while later ones still run
             times.append(1000.0 * device.event_elapsed_ms(begin, end))
+        _mark(trace, "timed")
         stats = summarize(times)
         spent_ms = 1000.0 * (time.perf_counter() - start)
-        if (len(times) >= policy.max_repeats or median_ci(times) <= policy.target_ci
-                or spent_ms >= policy.budget_ms):
+        stop = ("max_repeats" if len(times) >= limit else
+                "confident" if median_ci(times) <= policy.target_ci else
+                "budget" if spent_ms >= policy.budget_ms else
+                "slower" if (best_us and policy.stop_slower_than
+                             and stats["median_us"] > policy.stop_slower_than * best_us) else None)
+        if stop:
             break
-        per_launch_ms = spent_ms / len(times)
-        room = int((policy.budget_ms - spent_ms) / max(per_launch_ms, 1e-3))
-        batch = max(1, min(len(times), room, policy.max_repeats - len(times)))
+        launches.gpu_us = stats["median_us"]
+        per_launch_ms = max(spent_ms / len(times), stats["median_us"] / 1000.0, 1e-3)
+        room = int((policy.budget_ms - spent_ms) / per_launch_ms)
+        checkpoint = len(times) + max(1, min(len(times), room, limit - len(times)))
+        launches.to(checkpoint + _lookahead(stats["median_us"]))
+    for begin, end in events[len(times):launches.queued]:  # the look-ahead: samples too
+        wait(device, policy.timeout_s, end)
+        times.append(1000.0 * device.event_elapsed_ms(begin, end))
+    stats = summarize(times)
     after = telemetry.sample() if telemetry else {}
-    return PairResult("ok", samples=len(times), verify_error=rel_l2, policy=policy_record,
+    _mark(trace, "done")
+    return PairResult("ok", samples=len(times), verify_error=rel_l2,
+                      policy={**policy_record, "stop": stop},
                       telemetry=Telemetry.compare(before, after) if telemetry else {},
                       **stats, **_rates(bench.problem, stats["median_us"]))
+
+
+def _lookahead(median_us: float | None) -> int:
+    """Launches that keep the GPU busy for about LOOKAHEAD_US while the host checks."""
+    return max(1, math.ceil(LOOKAHEAD_US / max(median_us or HOST_LAUNCH_US, 0.1)))

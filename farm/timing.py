@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -18,9 +20,19 @@ class TimingPolicy(BaseModel):
     target_ci: float = Field(0.005, gt=0, le=1.0,
                              description="stop once the median's 95% confidence interval is "
                                          "narrower than this, relative, on each side")
-    flush_l2: bool = Field(True, description="overwrite the L2 cache before each timed launch")
+    flush_l2: bool = Field(True, description="start each timed launch with a cold L2 cache")
+    flush_method: Literal["rotate", "memset"] = Field(
+        "rotate", description="rotate: each timed launch works on the next of enough copies of "
+                              "the problem's tensors that the launches since its last use have "
+                              "moved flush_factor L2 sizes through the cache (a memset where that "
+                              "takes more than 16 copies); memset: overwrite the L2 before each "
+                              "timed launch")
     flush_factor: float = Field(1.0, ge=1.0, le=8.0,
-                                description="bytes written by each flush, in L2 sizes")
+                                description="bytes that evict the L2, in L2 sizes")
+    stop_slower_than: float | None = Field(
+        1.3, gt=1.0, description="stop timing an instance at its first check once its median is "
+                                 "this many times the fastest measured on the problem so far "
+                                 "(its rank is clear); null: always time to the target")
     timeout_s: float = Field(10.0, gt=0, description="a launch running longer is a timeout")
 
     def model_post_init(self, _context) -> None:

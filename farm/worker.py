@@ -6,7 +6,9 @@ made once for all the instances measured on it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from farm.compile import CodeCache, FolderCache, compile_source
@@ -66,10 +68,15 @@ class GpuWorker:
                         policy: TimingPolicy = TimingPolicy(),
                         seed: int = 1) -> Iterator[tuple[Instance, PairResult]]:
         """Measure each instance on `problem`; yields as it goes. DeviceLost propagates after
-        the pair that caused it has been yielded as a launch_error or timeout."""
+        the pair that caused it has been yielded as a launch_error or timeout. Each measured
+        row's telemetry carries wall_ms, the host time of its measure() call, and the first
+        one's setup_ms, the time to make the problem's inputs and reference."""
+        begin = time.perf_counter()
         bench = ProblemBench(self.device, problem, self.support(problem.dtype), self.target,
                              self.cache, seed=seed)
+        setup_ms: float | None = 1000.0 * (time.perf_counter() - begin)
         lost = False
+        best: float | None = None  # the fastest median so far (the policy's stop_slower_than)
         try:
             for instance in instances:
                 family = get_family(instance.family)
@@ -84,13 +91,21 @@ class GpuWorker:
                                                policy=policy.model_dump())
                     continue
                 try:
-                    result = measure(bench, family, instance, module, policy, self.telemetry)
+                    begin = time.perf_counter()
+                    result = measure(bench, family, instance, module, policy, self.telemetry,
+                                     best_us=best)
+                    costs = {"wall_ms": round(1000.0 * (time.perf_counter() - begin), 3)}
+                    if setup_ms is not None:
+                        costs["setup_ms"], setup_ms = round(setup_ms, 3), None
+                    result = replace(result, telemetry={**result.telemetry, **costs})
                 except DeviceLost as exc:
                     status = "timeout" if str(exc).startswith("timeout") else "launch_error"
                     lost = True
                     yield instance, PairResult(status, message=str(exc),
                                                policy=policy.model_dump())
                     raise
+                if result.status == "ok":
+                    best = min(best or result.median_us, result.median_us)
                 yield instance, result
         finally:
             if not lost:  # a lost context cannot free (a hung kernel would block the free)

@@ -17,6 +17,19 @@ extern "C" __global__ void fill_random(elem_t* out, u64 n, u32 seed, float scale
   }
 }
 
+// Spins for `ns` nanoseconds of the GPU's clock. Queued ahead of a batch of timed launches, it
+// holds the GPU while the host queues the batch, so no timed interval contains host time.
+extern "C" __global__ void hold(u64 ns) {
+#ifdef FARM_HIP
+  const u64 start = __builtin_amdgcn_s_memrealtime();  // a 100 MHz constant clock
+  while ((__builtin_amdgcn_s_memrealtime() - start) * 10 < ns) {}
+#else
+  u64 start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+#endif
+}
+
 #ifdef FARM_HIP
 #define WARP 64
 __device__ __forceinline__ double shfl_down(double v, int d) { return __shfl_down(v, d); }

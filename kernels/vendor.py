@@ -85,6 +85,7 @@ class VendorConv(KernelFamily):
     operators = CONV_OPERATORS
     source_file = ""
     compiled = False
+    measure_order = 0
 
     def configs(self, operator: str) -> list[dict]:
         return [{"library": "torch"}]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU, in one go: install the farm's wheels, run the GPU tests, then
-# the benchmarks named as arguments (bench/<name>.py). Logs and JSON results go to $OUT (or
-# bench/results when OUT is unset). Usage: scripts/gpu_session.sh [bench names...]
+# Everything that needs the GPU, in one go: install the farm's wheels, warm the code cache, run
+# the benchmarks named as arguments (each "name [args]" runs bench/<name>.py), then the GPU tests
+# (GPU_TESTS: test paths, "none" to skip). Logs and JSON results go to $OUT (or bench/results).
+# Usage: scripts/gpu_session.sh [ "bench-name [args...]" ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/results}"
@@ -13,14 +14,19 @@ if [ -d .whl ]; then
 else
   export PYTHONPATH=$PWD
 fi
-export PYTHONUNBUFFERED=1 FARM_CODE_CACHE=/tmp/farm-code
+export PYTHONUNBUFFERED=1 FARM_CODE_CACHE=${FARM_CODE_CACHE:-/tmp/farm-code}
 for op in conv2d_fwd conv2d_bwd_data conv2d_bwd_weight; do   # warm the code cache in parallel
-  python3 -m farm.cli compile --op $op --target sm_90a --dtype bf16 --dtype fp16 --dtype fp32 \
-      -j "$(nproc)" 2>&1 | tail -3
+  python3 -m farm.cli compile --op $op --target sm_90a --dtype ${DTYPES:-bf16 --dtype fp16 --dtype fp32} \
+      -j "$(nproc)" 2>&1 | tail -2
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
-python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests} 2>&1 | tee "$out/gpu_tests.log" | tail -40
-for name in "$@"; do
-  echo "== bench/$name.py"
-  python3 -m bench."$name" --out "$out" 2>&1 | tee "$out/$name.log" | tail -60
+for spec in "$@"; do
+  read -r name args <<< "$spec"
+  echo "== bench/$name.py $args"
+  # shellcheck disable=SC2086
+  python3 -m bench."$name" --out "$out" $args 2>&1 | tee "$out/$name.log" | tail -60
 done
+if [ "${GPU_TESTS:-tests}" != none ]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/test_*gpu*.py} 2>&1 \
+      | tee "$out/gpu_tests.log" | tail -40
+fi

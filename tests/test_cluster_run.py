@@ -139,6 +139,7 @@ def test_farm_run_workers_and_demo_commands(sqlite_url, tmp_path, monkeypatch):
     assert "throughput: 0 pairs replayed" in result.stdout
 
     monkeypatch.setattr(recording_module, "RECORDINGS_DIR", tmp_path / "none")
+    monkeypatch.chdir(tmp_path)  # and none in ./jobs/recordings
     # no GPU and no recording: compile only
     result = runner.invoke(app, ["demo", "--spec", str(spec_file)], env=env)
     assert result.exit_code == 0, result.output

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import analysis, charts, data
+from farm.store.models import FAILED_STATES
 
 REFRESH_S = 5
 WINDOWS = {"last hour": (1, 60), "last 6 hours": (6, 300), "last 24 hours": (24, 900),
@@ -65,7 +66,7 @@ def _throughput(db: str) -> None:
 
 def _failures(db: str, totals) -> None:
     st.subheader("Failures")
-    failed = {s: n for s, n in sorted(totals.statuses.items()) if s != "ok"}
+    failed = {s: n for s, n in sorted(totals.statuses.items()) if s in FAILED_STATES}
     if not failed:
         st.caption("No failed measurements.")
         return

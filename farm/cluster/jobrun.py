@@ -22,7 +22,7 @@ from farm.cluster.compiling import CompileOutcome, Compiles
 from farm.cluster.config import CoordinatorConfig, NoWorkers, Reporter
 from farm.cluster.pairs import JobPlan, Pair, finished
 from farm.cluster.pool import ActorPool, Batch, Slot
-from farm.store import Queries
+from farm.store import SETTLED_STATES, Queries
 from kernels.registry import get_family
 
 RETRIED_STATES = ("launch_error", "timeout")
@@ -61,11 +61,25 @@ class JobRun:
                                   sum(self.counts))
         compiles: dict[int, tuple[str | None, CompileOutcome | None]] = {}
         for pair in progress.todo:
+            reason = self._unsupported(pair)
+            if reason:
+                self._final(pair, {"status": "unsupported", "message": reason,
+                                   "policy": self.plan.policy.model_dump()})
+                continue
             if pair[1] not in compiles:
                 instance = self.plan.instances[pair[1]]
                 compiles[pair[1]] = (self.compiles.request(instance)
                                      if get_family(instance.family).compiled else (None, NONE))
             self._compiled(pair, *compiles[pair[1]])
+
+    def _unsupported(self, pair: Pair) -> str | None:
+        """Why a compiled instance cannot serve the pair's problem (a shape rule, checked here
+        so the pair never reaches a GPU); a library family's answer depends on the worker's
+        installed libraries, so its worker checks it."""
+        instance = self.plan.instances[pair[1]]
+        family = get_family(instance.family)
+        return family.applicable(instance, self.plan.problems[pair[0]]) if family.compiled \
+            else None
 
     def _compiled(self, pair: Pair, key: str | None, outcome: CompileOutcome | None) -> None:
         """Queue a pair whose instance compiled, record its compile error, or let it wait."""
@@ -128,6 +142,7 @@ class JobRun:
                 problem_id = next((p for p, ks in self.pending.items() if ks), None)
                 if problem_id is None:
                     return
+                self.pending[problem_id].sort(key=self._measure_order)
                 kernel_ids = self.pending[problem_id][:self.config.max_batch]
                 del self.pending[problem_id][:len(kernel_ids)]
                 instances = [self.plan.instances[k] for k in kernel_ids]
@@ -139,6 +154,9 @@ class JobRun:
                 slot.changed = True
                 if len(slot.batches) == 1:
                     self._show(slot)
+
+    def _measure_order(self, kernel_id: int) -> int:
+        return get_family(self.plan.instances[kernel_id].family).measure_order
 
     def drain(self, slot: Slot) -> None:
         """Take the rows that streamed back from a slot's batches, oldest batch first."""
@@ -233,7 +251,7 @@ class JobRun:
         self.rows.append({**row, "problem_id": pair[0], "kernel_id": pair[1],
                           "job_id": self.plan.job_id,
                           "environment_id": row.get("environment_id") or self.environment_id})
-        self.delta[0 if row["status"] == "ok" else 1] += 1
+        self.delta[0 if row["status"] in SETTLED_STATES else 1] += 1
         self.open -= 1
 
     def _requeue(self, problem_id: int, kernel_ids: list[int]) -> None:

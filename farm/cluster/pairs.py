@@ -9,7 +9,7 @@ from typing import Any
 
 from farm.problems import ConvProblem
 from farm.specs import JobSpec, matches
-from farm.store import Queries
+from farm.store import SETTLED_STATES, Queries
 from farm.timing import TimingPolicy
 from kernels import families_for, get_family
 from kernels.family import Instance
@@ -90,7 +90,7 @@ def finished(store: Queries, plan: JobPlan, environment_ids: Iterable[int]) -> P
     todo = []
     for pair in plan.pairs:
         if pair in own:
-            done, failed = (done + 1, failed) if own[pair] == "ok" else (done, failed + 1)
+            done, failed = (done + 1, failed) if own[pair] in SETTLED_STATES else (done, failed + 1)
         elif pair in other:
             cached += 1
         else:

@@ -1,8 +1,9 @@
 """The farm's database: models, migrations and every query."""
 
 from farm.store.db import DatabaseError, default_url, describe, make_engine, require_current, upgrade
-from farm.store.queries import (FAILED_STATES, JOB_STATES, MEASUREMENT_STATES, JobStopped,
-                                JobSummary, NotFound, Queries, TimingFilter, WorkerSummary)
+from farm.store.queries import (FAILED_STATES, JOB_STATES, MEASUREMENT_STATES, SETTLED_STATES,
+                                JobStopped, JobSummary, NotFound, Queries, TimingFilter,
+                                WorkerSummary)
 
 
 def open_store(url: str | None = None, *, migrate: bool | None = None) -> Queries:
@@ -16,6 +17,7 @@ def open_store(url: str | None = None, *, migrate: bool | None = None) -> Querie
     return Queries(engine)
 
 
-__all__ = ["DatabaseError", "FAILED_STATES", "JOB_STATES", "JobStopped", "JobSummary", "MEASUREMENT_STATES",
+__all__ = ["DatabaseError", "FAILED_STATES", "JOB_STATES", "JobStopped", "JobSummary",
+           "MEASUREMENT_STATES", "SETTLED_STATES",
            "NotFound", "Queries", "TimingFilter", "default_url", "describe", "make_engine",
            "open_store", "require_current", "upgrade", "WorkerSummary"]

@@ -22,6 +22,12 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
+MEASUREMENT_STATES = ("ok", "compile_error", "launch_error", "timeout", "wrong_result",
+                      "unsupported", "not_recorded")
+SETTLED_STATES = ("ok", "unsupported")  # a pair that needs nothing more: counted as done
+FAILED_STATES = tuple(s for s in MEASUREMENT_STATES if s not in SETTLED_STATES)
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType}

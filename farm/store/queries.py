@@ -13,13 +13,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from farm.problems import CONV_FIELDS, ConvProblem
-from farm.store.models import (Artifact, Environment, Job, JobProblem, Kernel, Measurement,
+from farm.store.models import (FAILED_STATES, JOB_STATES, MEASUREMENT_STATES,  # noqa: F401
+                               SETTLED_STATES, Artifact, Environment, Job, JobProblem, Kernel, Measurement,
                                MeasurementHistory, Model, Problem, Worker, utcnow)
 
-JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
-MEASUREMENT_STATES = ("ok", "compile_error", "launch_error", "timeout", "wrong_result",
-                      "unsupported", "not_recorded")
-FAILED_STATES = tuple(s for s in MEASUREMENT_STATES if s != "ok")
 MEASUREMENT_FIELDS = ("status", "median_us", "min_us", "max_us", "p90_us", "samples", "spread",
                       "tflops", "gbps", "verify_error", "message", "policy", "telemetry")
 CLAIM_LOCK = 0x6661726D  # PostgreSQL advisory lock key that serializes job claims ("farm")

@@ -17,8 +17,8 @@ import pandas as pd
 from sqlalchemy import Engine, case, func, or_, select
 
 from farm.problems import CONV_FIELDS
-from farm.store.models import (Artifact, Environment, Job, JobProblem, Kernel, Measurement, Model,
-                               Problem, Worker)
+from farm.store.models import (FAILED_STATES, Artifact, Environment, Job, JobProblem, Kernel,
+                               Measurement, Model, Problem, Worker)
 
 VENDOR = "vendor"  # the family of the vendor-library baseline rows
 SHAPE_COLUMNS = {f: f.lower() if len(f) == 1 else f for f in CONV_FIELDS}
@@ -70,7 +70,7 @@ class TimingSelection:
     families: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
     shape: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (field, allowed values)
-    status: str | None = "ok"  # one status, "failed" (every other than ok), or None (any)
+    status: str | None = "ok"  # one status, "failed" (any of FAILED_STATES), or None (any)
     include_replay: bool = True
 
 
@@ -123,19 +123,19 @@ class Views:
         else:
             minute = func.date_trunc("minute", M.created_at)
         ok = func.sum(case((M.status == "ok", 1), else_=0))
-        frame = self._frame(select(minute.label("minute"), func.count().label("count"),
-                                   ok.label("ok")).where(M.created_at >= since).group_by(minute))
+        failed = func.sum(case((M.status.in_(FAILED_STATES), 1), else_=0))
+        frame = self._frame(select(minute.label("minute"), ok.label("ok"), failed.label("failed"))
+                            .where(M.created_at >= since).group_by(minute))
         frame["time"] = pd.to_datetime(frame["minute"], utc=True).dt.floor(f"{bucket_s}s")
-        out = frame.groupby("time", as_index=False)[["count", "ok"]].sum()
-        out["failed"] = out["count"] - out["ok"]
-        return out[["time", "ok", "failed"]]
+        return frame.groupby("time", as_index=False)[["ok", "failed"]].sum()
 
     def failures(self, limit: int = 200) -> pd.DataFrame:
-        """Non-ok measurements grouped by status and message, most frequent first."""
+        """Failed measurements (FAILED_STATES) grouped by status and message, most frequent
+        first."""
         count = func.count().label("count")
         return self._frame(select(M.status, M.message, count,
                                   func.max(M.created_at).label("last_seen"))
-                           .where(M.status != "ok").group_by(M.status, M.message)
+                           .where(M.status.in_(FAILED_STATES)).group_by(M.status, M.message)
                            .order_by(count.desc()).limit(limit))
 
     # Filters -------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ class Views:
             if value:
                 query = query.where(column == value)
         if where.status:
-            query = query.where(M.status != "ok" if where.status == "failed"
+            query = query.where(M.status.in_(FAILED_STATES) if where.status == "failed"
                                 else M.status == where.status)
         for column, values in ((Environment.arch, where.archs),
                                (Environment.gpu_name, where.gpu_names),

@@ -14,6 +14,7 @@ class NaiveConv(KernelFamily):
     short = "naive"
     operators = CONV_OPERATORS
     source_file = "conv/naive.cu"
+    measure_order = 2  # a slow baseline: measured last, once faster times can stop it early
 
     def configs(self, operator: str) -> list[dict]:
         return [{"block": 128}, {"block": 256}]
