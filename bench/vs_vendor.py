@@ -160,8 +160,8 @@ def main() -> None:
     seen: set[ConvProblem] = set()
     start = time.perf_counter()
     for op in args.ops:
-        instances = [i for f in families_for(op) if f.name != "conv_naive"
-                     for i in f.instances(op, args.dtype)]
+        instances = [i for f in sorted(families_for(op), key=lambda f: f.measure_order)
+                     if f.name != "conv_naive" for i in f.instances(op, args.dtype)]
         for label, fields in shapes(args.shapes):
             problem = ConvProblem(op=op, dtype=args.dtype, N=args.batch, **fields)
             if problem in seen:

@@ -14,6 +14,7 @@ get a memset of the L2's size before each launch instead.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import time
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ MAX_COPIES = 16  # more tensor copies than this to keep the L2 cold: flush with 
 LOOKAHEAD_US = 150.0  # GPU work kept queued past a timing checkpoint (covers the host's check)
 HOST_LAUNCH_US = 50.0  # the host's time to queue one timed launch, until measured
 HOLD_BELOW = 0.7  # hold the GPU before a batch when host time per launch > this x GPU time
-HOLD_MAX_US = 20_000.0
+HOLD_LIMIT_S = 2.0  # a hold the host never released (it died) ends on its own after this
 
 
 class DeviceLost(RuntimeError):
@@ -101,7 +102,7 @@ def wait(device: Device, timeout_s: float, event: Any = None) -> None:
 
 
 class SupportKernels:
-    """fill_random and compare, compiled for one element type and loaded on one device."""
+    """fill_random, compare and hold, compiled for one element type and loaded on one device."""
 
     def __init__(self, device: Device, dtype: str, target: str, cache: CodeCache | None):
         compiled = compile_source(load_source("support.cu"), {"FARM_DTYPE": DTYPE_CODES[dtype]},
@@ -114,11 +115,20 @@ class SupportKernels:
         self.compare_fn = device.function(module, "compare")
         self.hold_fn = device.function(module, "hold")
         self.scratch = device.alloc(32)
+        self.gate_host, self.gate = device.host_mapped(4)
+        self.gate_value = ctypes.c_uint32.from_address(self.gate_host)
+        self.gate_value.value = 0
 
-    def hold(self, microseconds: float) -> None:
-        """Keep the GPU busy for `microseconds` (see `hold` in support.cu)."""
+    def hold(self) -> int:
+        """Queue a kernel that holds the GPU until release() (see `hold` in support.cu)."""
+        value = (self.gate_value.value + 1) & 0xFFFFFFFF
         self.device.launch(self.hold_fn, (1, 1, 1), (1, 1, 1), 0,
-                           [("u64", int(1000 * microseconds))])
+                           [("ptr", self.gate), ("u32", value),
+                            ("u64", int(HOLD_LIMIT_S * 1e9))])
+        return value
+
+    def release(self, value: int) -> None:
+        self.gate_value.value = value
 
     def fill_random(self, ptr: int, elements: int, seed: int) -> None:
         blocks = grid_stride_blocks(elements, 256, self.sm_count, 8)
@@ -295,8 +305,8 @@ def _rotation(bench: ProblemBench, family: KernelFamily, instance: Instance, mod
 class _LaunchQueue:
     """Queues the timed launches, each between its event pair. Where the host cannot queue
     launches faster than the GPU runs them (small kernels, library calls), a batch is preceded
-    by a hold on the GPU long enough for the host to queue all of it, so that a timed interval
-    never contains the host's launch overhead."""
+    by a hold on the GPU that the host releases once it has queued all of it, so that a timed
+    interval never contains the host's launch overhead."""
 
     def __init__(self, bench: ProblemBench, runnables: list[Runnable], events: list,
                  policy: TimingPolicy) -> None:
@@ -312,8 +322,8 @@ class _LaunchQueue:
         if stop <= self.queued:
             return
         count = stop - self.queued
-        if self.gpu_us is None or self.host_us > HOLD_BELOW * self.gpu_us:
-            self.bench.support.hold(min(HOLD_MAX_US, 1.5 * count * self.host_us + 20.0))
+        held = (self.bench.support.hold()
+                if self.gpu_us is None or self.host_us > HOLD_BELOW * self.gpu_us else None)
         device, begin_at = self.bench.device, time.perf_counter()
         for index in range(self.queued, stop):
             begin, end = self.events[index]
@@ -323,6 +333,8 @@ class _LaunchQueue:
             self.runnables[index % len(self.runnables)].enqueue()
             device.event_record(end)
         self.host_us = 1e6 * (time.perf_counter() - begin_at) / count
+        if held is not None:
+            self.bench.support.release(held)
         self.queued = stop
 
 
@@ -340,10 +352,13 @@ def _time(bench: ProblemBench, runnables: list[Runnable], policy: TimingPolicy,
     events = event_pairs(device, limit + 1)
     launches = _LaunchQueue(bench, runnables, events, policy)
     warm_begin, warm_end = events[limit]
+    begin_at = time.perf_counter()
     device.event_record(warm_begin)
     for _ in range(policy.warmup):
         runnables[0].enqueue()
     device.event_record(warm_end)
+    if policy.warmup:
+        launches.host_us = 1e6 * (time.perf_counter() - begin_at) / policy.warmup
     if policy.flush_l2 and not launches.memset_flush:
         device.flush_l2(policy.flush_factor)  # once: the verified and warm-up launches' tensors
     if policy.warmup:  # the warm-up's time decides the hold and the look-ahead

@@ -17,17 +17,22 @@ extern "C" __global__ void fill_random(elem_t* out, u64 n, u32 seed, float scale
   }
 }
 
-// Spins for `ns` nanoseconds of the GPU's clock. Queued ahead of a batch of timed launches, it
-// holds the GPU while the host queues the batch, so no timed interval contains host time.
-extern "C" __global__ void hold(u64 ns) {
+__device__ __forceinline__ u64 clock_ns() {
 #ifdef FARM_HIP
-  const u64 start = __builtin_amdgcn_s_memrealtime();  // a 100 MHz constant clock
-  while ((__builtin_amdgcn_s_memrealtime() - start) * 10 < ns) {}
+  return __builtin_amdgcn_s_memrealtime() * 10;  // a 100 MHz constant clock
 #else
-  u64 start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+  u64 now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
 #endif
+}
+
+// Spins until the host writes `value` to `gate` (host memory the GPU reads), or `limit_ns` has
+// passed. Queued ahead of a batch of timed launches and released once the host has queued the
+// whole batch, it keeps the host's launch overhead out of every timed interval.
+extern "C" __global__ void hold(const volatile u32* gate, u32 value, u64 limit_ns) {
+  const u64 start = clock_ns();
+  while (*gate != value && clock_ns() - start < limit_ns) {}
 }
 
 #ifdef FARM_HIP

@@ -163,6 +163,13 @@ class Device(ABC):
     def free(self, ptr: int) -> None: ...
 
     @abstractmethod
+    def host_mapped(self, nbytes: int) -> tuple[int, int]:
+        """Page-locked host memory the GPU reads directly: (host address, device pointer)."""
+
+    @abstractmethod
+    def free_host(self, address: int) -> None: ...
+
+    @abstractmethod
     def copy_to_device(self, ptr: int, host: np.ndarray) -> None: ...
 
     @abstractmethod

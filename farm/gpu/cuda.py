@@ -241,6 +241,16 @@ class CudaDevice(Device):
     def free(self, ptr: int) -> None:
         _check(driver.cuMemFree(ptr), "cuMemFree")
 
+    def host_mapped(self, nbytes: int) -> tuple[int, int]:
+        address = int(_check(driver.cuMemHostAlloc(
+            nbytes, driver.CU_MEMHOSTALLOC_DEVICEMAP | driver.CU_MEMHOSTALLOC_PORTABLE),
+            "cuMemHostAlloc"))
+        return address, int(_check(driver.cuMemHostGetDevicePointer(address, 0),
+                                   "cuMemHostGetDevicePointer"))
+
+    def free_host(self, address: int) -> None:
+        _check(driver.cuMemFreeHost(address), "cuMemFreeHost")
+
     def copy_to_device(self, ptr: int, host: np.ndarray) -> None:
         host = np.ascontiguousarray(host)
         _check(driver.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")

@@ -245,6 +245,15 @@ class HipDevice(Device):
     def free(self, ptr: int) -> None:
         _check(hip.hipFree(ptr), "hipFree")
 
+    def host_mapped(self, nbytes: int) -> tuple[int, int]:
+        address = int(_check(hip.hipHostMalloc(nbytes, hip.hipHostMallocMapped),
+                             "hipHostMalloc"))
+        return address, int(_check(hip.hipHostGetDevicePointer(address, 0),
+                                   "hipHostGetDevicePointer"))
+
+    def free_host(self, address: int) -> None:
+        _check(hip.hipHostFree(address), "hipHostFree")
+
     def copy_to_device(self, ptr: int, host: np.ndarray) -> None:
         host = np.ascontiguousarray(host)
         _check(hip.hipMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "hipMemcpyHtoD")
