@@ -15,11 +15,13 @@ Usage: python -m bench.farm_throughput [--out DIR] [--spec FILE ...] [--gpus 1,2
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
 import ray
 
 from bench.common import write_result
@@ -72,14 +74,31 @@ def measure(specs, gpus: int, cache: Path, workdir: Path, record: Path | None = 
         rows = store.timings(TimingFilter(job_id=job))  # the ok rows
         ok += len(rows)
         timed_s += float((rows["samples"] * rows["median_us"]).sum()) / 1e6
+    costs = None
     if record is not None:
         export_recording(store, jobs, record, note="the standard sweep, measured by "
                          "bench/farm_throughput.py on one GPU")
+        costs = costs_by_family(record)
     return {"gpus": gpus, "seconds": seconds, "pairs": sum(o.measured for o in outcomes),
             "ok": int(ok), "failed": sum(o.failed for o in outcomes),
             "ok_per_s_per_gpu": ok / seconds / gpus,
             "wall_over_timed": seconds * gpus / timed_s if timed_s else None,
-            "statuses": {o.name: o.status for o in outcomes}}
+            "statuses": {o.name: o.status for o in outcomes}, "by_family": costs}
+
+
+def costs_by_family(recording: Path) -> dict:
+    """Per family: ok pairs, the worker's wall time in measure() and in making each problem's
+    inputs and reference, and the kernels' own timed time (seconds)."""
+    rows = pd.read_parquet(recording, columns=["family", "status", "samples", "median_us",
+                                               "telemetry"])
+    costs = pd.DataFrame([json.loads(t or "{}") for t in rows["telemetry"]], index=rows.index)
+    rows["wall_s"] = costs.get("wall_ms", 0.0).fillna(0.0) / 1000.0
+    rows["setup_s"] = costs.get("setup_ms", 0.0).fillna(0.0) / 1000.0
+    rows["timed_s"] = (rows["samples"] * rows["median_us"]).fillna(0.0) / 1e6
+    rows["ok"] = rows["status"] == "ok"
+    table = rows.groupby("family")[["ok", "wall_s", "setup_s", "timed_s"]].sum()
+    return {family: {k: round(float(v), 3) for k, v in row.items()}
+            for family, row in table.iterrows()}
 
 
 def main() -> None:

@@ -364,7 +364,8 @@ def _time(bench: ProblemBench, runnables: list[Runnable], policy: TimingPolicy,
     if policy.warmup:  # the warm-up's time decides the hold and the look-ahead
         wait(device, policy.timeout_s, warm_end)
         launches.gpu_us = 1000.0 * device.event_elapsed_ms(warm_begin, warm_end) / policy.warmup
-    checkpoint = policy.min_repeats
+    early = bool(best_us and policy.far_slower_than and policy.early_look < policy.min_repeats)
+    checkpoint = policy.early_look if early else policy.min_repeats
     launches.to(checkpoint + _lookahead(launches.gpu_us))
     _mark(trace, "warmed")
     times: list[float] = []
@@ -377,6 +378,14 @@ def _time(bench: ProblemBench, runnables: list[Runnable], policy: TimingPolicy,
         _mark(trace, "timed")
         stats = summarize(times)
         spent_ms = 1000.0 * (time.perf_counter() - start)
+        if len(times) < policy.min_repeats:  # the early check: only a far slower one stops
+            stop = "slower" if stats["median_us"] > policy.far_slower_than * best_us else None
+            checkpoint = policy.min_repeats
+            if stop:
+                break
+            launches.gpu_us = stats["median_us"]
+            launches.to(checkpoint + _lookahead(stats["median_us"]))
+            continue
         stop = ("max_repeats" if len(times) >= limit else
                 "confident" if median_ci(times) <= policy.target_ci else
                 "budget" if spent_ms >= policy.budget_ms else

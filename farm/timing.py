@@ -33,6 +33,12 @@ class TimingPolicy(BaseModel):
         1.3, gt=1.0, description="stop timing an instance at its first check once its median is "
                                  "this many times the fastest measured on the problem so far "
                                  "(its rank is clear); null: always time to the target")
+    far_slower_than: float | None = Field(
+        2.0, gt=1.0, description="stop timing an instance already at an early check, after "
+                                 "early_look timed launches, once its median is this many times "
+                                 "the fastest on the problem so far; null: no early check")
+    early_look: int = Field(3, ge=1, le=100_000,
+                            description="timed launches before the early check")
     timeout_s: float = Field(10.0, gt=0, description="a launch running longer is a timeout")
 
     def model_post_init(self, _context) -> None:

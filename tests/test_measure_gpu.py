@@ -85,6 +85,27 @@ def test_reference_matches_numpy(worker, op, shape):
         bench.close()
 
 
+def test_a_far_slower_instance_stops_at_the_early_check(worker):
+    from farm.measure import ProblemBench, measure
+    family = get_family("conv_naive")
+    instance = family.instances("conv2d_fwd", "fp32")[0]
+    p = ConvProblem(op="conv2d_fwd", dtype="fp32", N=4, C=32, K=32, G=1, H=28, W=28, R=3, S=3,
+                    pad_h=1, pad_w=1)
+    module, log = worker.module(instance)
+    assert module is not None, log
+    bench = ProblemBench(worker.device, p, worker.support("fp32"), worker.target, worker.cache)
+    try:
+        alone = measure(bench, family, instance, module, QUICK)
+        far = measure(bench, family, instance, module, QUICK, best_us=alone.median_us / 3)
+        near = measure(bench, family, instance, module, QUICK, best_us=alone.median_us / 1.5)
+    finally:
+        bench.close()
+    assert far.status == near.status == "ok"
+    assert far.policy["stop"] == near.policy["stop"] == "slower"
+    assert near.samples >= QUICK.min_repeats  # 1.5x slower: past the early check
+    assert far.samples < near.samples  # 3x slower: stopped at the early check
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight"])
 def test_naive_family_is_verified_and_timed(worker, op, dtype):
@@ -94,7 +115,8 @@ def test_naive_family_is_verified_and_timed(worker, op, dtype):
         results = list(worker.measure_problem(p, family.instances(op, dtype), QUICK))
         for instance, result in results:
             assert result.status == "ok", (instance.name, shape, result.message)
-            assert result.samples >= QUICK.min_repeats and 0 < result.min_us <= result.median_us
+            assert result.samples >= QUICK.min_repeats or result.policy["stop"] == "slower"
+            assert 0 < result.min_us <= result.median_us
             assert result.verify_error < 0.01
 
 
