@@ -1,11 +1,12 @@
-"""The farm's throughput on the standard sweep (issue 5), on this machine's GPUs.
+"""The farm's throughput on the standard sweep, on this machine's GPUs.
 
 1. Compile: every instance of the sweep compiled cold (an empty cache folder) by Ray compile
    tasks on every CPU core: instances per second per core.
 2. Measure: the sweep on 1 GPU, then on all of them (--gpus), each time into a fresh SQLite
    database (nothing cached) with the compile cache warm: verified (ok) measurements per second
    per GPU, and the ratio of the GPUs' wall time to the kernels' own timed time (samples x
-   median, summed over the rows).
+   median, summed over the rows), with the workers' time per family and their busy share (the
+   rest is time the GPUs waited on the coordinator).
 3. Speed-up: measurements per second on all GPUs over those on one (target: 1.9 on 2 GPUs).
 With --record FILE, the one-GPU run's jobs are exported as a recording for the replay device.
 Usage: python -m bench.farm_throughput [--out DIR] [--spec FILE ...] [--gpus 1,2]
@@ -74,20 +75,21 @@ def measure(specs, gpus: int, cache: Path, workdir: Path, record: Path | None = 
         rows = store.timings(TimingFilter(job_id=job))  # the ok rows
         ok += len(rows)
         timed_s += float((rows["samples"] * rows["median_us"]).sum()) / 1e6
-    costs = None
-    if record is not None:
-        export_recording(store, jobs, record, note="the standard sweep, measured by "
-                         "bench/farm_throughput.py on one GPU")
-        costs = costs_by_family(record)
+    recording = record or workdir / f"farm-{gpus}gpu.parquet"
+    export_recording(store, jobs, recording, note="the standard sweep, measured by "
+                     f"bench/farm_throughput.py on {gpus} GPU(s)")
+    costs = costs_by_family(recording)
+    busy_s = sum(c["wall_s"] + c["setup_s"] for c in costs.values())
     return {"gpus": gpus, "seconds": seconds, "pairs": sum(o.measured for o in outcomes),
             "ok": int(ok), "failed": sum(o.failed for o in outcomes),
             "ok_per_s_per_gpu": ok / seconds / gpus,
             "wall_over_timed": seconds * gpus / timed_s if timed_s else None,
-            "statuses": {o.name: o.status for o in outcomes}, "by_family": costs}
+            "statuses": {o.name: o.status for o in outcomes}, "by_family": costs,
+            "workers_busy": busy_s / (seconds * gpus)}
 
 
 def costs_by_family(recording: Path) -> dict:
-    """Per family: ok pairs, the worker's wall time in measure() and in making each problem's
+    """Per family: ok pairs, the workers' wall time in measure() and in making each problem's
     inputs and reference, and the kernels' own timed time (seconds)."""
     rows = pd.read_parquet(recording, columns=["family", "status", "samples", "median_us",
                                                "telemetry"])

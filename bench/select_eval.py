@@ -1,4 +1,4 @@
-"""Selection models (issue 6): efficiency vs the measured oracle, selection latency, training time.
+"""Selection models: efficiency vs the measured oracle, selection latency, training time.
 
 For one operator/arch/dtype of a database: trains on (at most) --rows training rows, prints the
 efficiency table of both model kinds on the validation and held-out problems (mean, median,

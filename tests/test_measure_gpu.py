@@ -101,7 +101,7 @@ def test_a_far_slower_instance_stops_at_the_early_check(worker):
     finally:
         bench.close()
     assert far.status == near.status == "ok"
-    assert far.policy["stop"] == near.policy["stop"] == "slower"
+    assert far.policy["stop"] == "slower"
     assert near.samples >= QUICK.min_repeats  # 1.5x slower: past the early check
     assert far.samples < near.samples  # 3x slower: stopped at the early check
 

@@ -43,8 +43,8 @@ NARROW = {4: {(128, 128, 32, 2, 4), (128, 64, 32, 2, 2), (64, 128, 32, 2, 2), (6
           2: {(128, 64, 32, 2, 2), (64, 64, 32, 2, 2), (128, 32, 32, 4, 1), (64, 32, 32, 2, 2),
               (32, 64, 32, 1, 4)},
           1: {(64, 64, 32, 2, 2), (64, 32, 32, 2, 2), (32, 64, 32, 1, 4)}}
-SPLITS = (1, 4, 16, 64)
-NARROW_SPLITS = (1, 16)
+SPLITS = (1, 4, 16, 64, 256)
+NARROW_SPLITS = (1, 16, 128)
 
 
 def shared_bytes(config: dict[str, Any]) -> int:
@@ -167,10 +167,10 @@ class IGemmConv(KernelFamily):
         if self.grid(instance, p)[0] > 2**31 - 1:
             return "too many tiles for grid x"
         m, n, _ = p.gemm
-        for dim, size, tile, smallest in (("M", m, c["block_m"], 32 if p.op ==
-                                           "conv2d_bwd_weight" else 64),
-                                          ("N", n, c["block_n"], 32)):
-            if tile > smallest and tile >= 4 * size:
+        tiles = TILES[p.op]
+        for dim, size, tile, smallest in (("M", m, c["block_m"], min(t[0] for t in tiles)),
+                                          ("N", n, c["block_n"], min(t[1] for t in tiles))):
+            if tile > smallest and tile >= 4 * size:  # a smaller tile of the space covers it
                 return (f"block_{dim.lower()}={tile} is 4x or more the GEMM {dim}={size}: "
                         f"mostly idle work, a smaller tile covers it")
         return None
