@@ -66,6 +66,26 @@ class FolderCache:
             tmp.replace(self.folder / f"{key}{suffix}")
 
 
+class TieredCache:
+    """A fast local cache in front of a shared one: a shared hit is kept locally, a put goes to
+    both (the shared one is how a cluster's nodes reuse each other's compiles)."""
+
+    def __init__(self, local: CodeCache, shared: CodeCache) -> None:
+        self.local, self.shared = local, shared
+
+    def get(self, key: str) -> CompileResult | None:
+        hit = self.local.get(key)
+        if hit is None:
+            hit = self.shared.get(key)
+            if hit is not None:
+                self.local.put(key, hit)
+        return hit
+
+    def put(self, key: str, result: CompileResult) -> None:
+        self.local.put(key, result)
+        self.shared.put(key, result)
+
+
 @dataclass(frozen=True)
 class CompiledCode:
     """A compile's outcome with its cache key and whether the cache served it."""

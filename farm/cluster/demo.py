@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 from rich.console import Console
 from rich.table import Table
@@ -26,7 +27,7 @@ from farm.cluster.pairs import select_instances
 from farm.problems import CONV_FIELDS, ConvProblem
 from farm.recording import find_recording
 from farm.specs import load_spec
-from farm.store import Queries
+from farm.store import SETTLED_STATES, Queries
 from kernels.registry import get_family
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
@@ -70,30 +71,42 @@ def run_demo(store: Queries, config: CoordinatorConfig, console: Console, report
 def summarize_job(store: Queries, outcome: JobOutcome, environment_ids: list[int],
                   console: Console, rows: int) -> None:
     job = store.job(outcome.job_id)
-    console.print(f"\n[bold]job {job.id} {job.name}[/] ({job.operator} {job.dtype}): "
-                  f"{outcome.status}, {job.total_pairs} pairs: {job.done_pairs} ok, "
-                  f"{job.failed_pairs} failed, {job.cached_pairs} cached; {outcome.measured} "
-                  f"measured in {outcome.seconds:.1f} s")
     frame = store.job_results(job.id, environment_ids)
     ok = frame[frame["status"] == "ok"]
-    if len(ok):
-        best = ok.loc[ok.groupby("problem_key", sort=False)["median_us"].idxmin()]
+    console.print(f"\n[bold]job {job.id} {job.name}[/] ({job.operator} {job.dtype}): "
+                  f"{outcome.status}, {job.total_pairs} pairs: {job.done_pairs} done "
+                  f"({len(ok)} verified and timed), {job.failed_pairs} failed, "
+                  f"{job.cached_pairs} cached; {outcome.measured} in {outcome.seconds:.1f} s")
+    ours = ok[ok["family"] != "vendor"]  # the baseline is compared against, never "best"
+    if len(ours):
+        best = ours.loc[ours.groupby("problem_key", sort=False)["median_us"].idxmin()]
         vendor = ok[ok["family"] == "vendor"].set_index("problem_key")["median_us"]
-        table = Table("shape", "best instance", "median us", "TFLOP/s", "vendor / best",
-                      title=f"best instance per shape (first {min(rows, len(best))} of "
-                            f"{len(best)})")
+        table = Table("shape", "best instance", "median us", "TFLOP/s", "vendor us",
+                      "speed-up", title=f"best instance per shape (first {min(rows, len(best))}"
+                                        f" of {len(best)})")
         for record in best.head(rows).to_dict("records"):
             shape = ConvProblem(op=job.operator, dtype=job.dtype,
                                 **{f: int(record[f]) for f in CONV_FIELDS}).label()
-            ratio = vendor.get(record["problem_key"])
+            baseline = vendor.get(record["problem_key"])
             table.add_row(shape, record["kernel"], f"{record['median_us']:.1f}",
                           f"{record['tflops']:.1f}" if record["tflops"] == record["tflops"]
-                          else "", f"{ratio / record['median_us']:.2f}x" if ratio else "")
+                          else "", f"{baseline:.1f}" if baseline else "",
+                          f"{baseline / record['median_us']:.2f}x" if baseline else "")
         console.print(table)
         wins = best["family"].value_counts()
         console.print("shapes won per family: " + ", ".join(f"{f} {n}" for f, n in
                                                            wins.items()))
-    failed = frame[frame["status"] != "ok"]
+        speedup = vendor.reindex(best["problem_key"]).to_numpy() / best["median_us"].to_numpy()
+        speedup = speedup[speedup == speedup]
+        if len(speedup):
+            console.print(f"against the vendor: faster on {int((speedup > 1).sum())} of "
+                          f"{len(speedup)} shapes, geometric mean speed-up "
+                          f"{float(np.exp(np.log(speedup).mean())):.2f}x")
+    unsupported = int((frame["status"] == "unsupported").sum())
+    if unsupported:
+        console.print(f"unsupported (settled by the instances' rules, never launched): "
+                      f"{unsupported}")
+    failed = frame[~frame["status"].isin(SETTLED_STATES)]
     if len(failed):
         counts = failed["status"].value_counts()
         console.print("failures: " + ", ".join(f"{n} {s}" for s, n in counts.items()))

@@ -195,7 +195,8 @@ class Queries:
     def count_rows(self, table: str) -> int:
         """Rows in one of the farm's tables (for checks and summaries)."""
         model = {m.__tablename__: m for m in (Job, Problem, JobProblem, Kernel, Measurement,
-                                               MeasurementHistory, Environment, Worker)}[table]
+                                               MeasurementHistory, Environment, Worker,
+                                               Artifact)}[table]
         with self.session() as session:
             return session.scalar(select(func.count()).select_from(model)) or 0
 
@@ -398,6 +399,28 @@ class Queries:
                 raise NotFound(f"no environment {fingerprint}")
             return {c: getattr(env, c) for c in ("fingerprint", "gpu_name", "arch", "sm_count",
                     "driver", "compiler", "runtime", "farm_version", "replay_of", "details")}
+
+    # Code objects: the compile cache a cluster's nodes share ---------------------------------
+    def code_object(self, key: str) -> dict[str, Any] | None:
+        """A cached code object (data, target, compiler, resources, log), or None."""
+        with self.session() as session:
+            row = session.execute(
+                select(Artifact.data, Artifact.target, Artifact.compiler, Artifact.resources,
+                       Artifact.log)
+                .where(Artifact.key == key, Artifact.kind == "code_object")).first()
+        return None if row is None else row._asdict()
+
+    def put_code_object(self, key: str, target: str, compiler: str, data: bytes,
+                        resources: dict[str, Any], log: str) -> None:
+        """Store a code object once; a concurrent put of the same key is not an error."""
+        try:
+            with self.session.begin() as session:
+                if session.scalar(select(Artifact.id).where(Artifact.key == key)) is None:
+                    session.add(Artifact(key=key, kind="code_object", target=target,
+                                         compiler=compiler[:64], data=data, size=len(data),
+                                         resources=resources, log=log))
+        except IntegrityError:
+            pass  # another node stored the same key first: identical by construction
 
     def timings(self, where: TimingFilter) -> pd.DataFrame:
         """Historical timings joined with their kernel, problem and environment."""
