@@ -1,4 +1,4 @@
-"""The database schema as SQLAlchemy 2 models. Migrations in migrations/ must match it exactly."""
+"""The database schema as SQLAlchemy 2 models. Migrations in farm/store/migrations/ must match it exactly."""
 
 from __future__ import annotations
 
