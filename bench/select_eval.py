@@ -1,17 +1,27 @@
 """Selection models: efficiency vs the measured oracle, selection latency, training time.
 
-For one operator/arch/dtype of a database: trains on (at most) --rows training rows, prints the
-efficiency table of both model kinds on the validation and held-out problems (mean, median,
-P10, min, top-1, top-5, top-k efficiency), the selection latency for one shape against the
-full candidate set (p50/p99: Python Selector through the compiled C export and through
-LightGBM; the C export alone, timed in C), and the training time; writes
-bench/results/select_eval.json (--out to write elsewhere).
+For each operator (--ops) of one arch/dtype of a database, or of a recording (--recording FILE:
+its rows are loaded into a scratch SQLite database under the recorded GPU's environment, as
+`farm import-recording` does):
+  * leave-one-network-out (--folds networks, the default): one model per network of
+    jobs/networks with every shape of that network held out; the held-out choices of all folds
+    pooled into one efficiency table (mean, median, P10, min, top-1, top-5, top-k efficiency),
+    with each fold's mean and the model kind it chose;
+  * one model with the default held-out networks (efficientnet_b0, resnext50_32x4d): the table
+    of every model kind on its validation and held-out problems, and the selection latency for
+    one shape against the full candidate set (p50/p99: Python Selector through the compiled C
+    export and through LightGBM; the C export alone, timed in C);
+  * with --timing-rows N: the training time of all model kinds on N training rows of SYNTHETIC
+    measurements (timing only: the real sweep has fewer rows), first operator only.
+Writes bench/results/select_eval.json (--out to write elsewhere).
 
 A model trained on SYNTHETIC data (environment named "SYNTHETIC ...", or --seed-synthetic) is
 labelled so in the output: its efficiencies are not measured results.
 
-Usage: python -m bench.select_eval --db URL [--op conv2d_fwd] [--arch sm_90] [--dtype bf16]
-       [--rows 100000] [--shapes 1000] [--seed-synthetic PROBLEMS] [--out DIR]
+Usage: python -m bench.select_eval --recording jobs/recordings/h100-standard.parquet
+           [--ops conv2d_fwd conv2d_bwd_data conv2d_bwd_weight] [--timing-rows 100000]
+       python -m bench.select_eval --db URL [--ops conv2d_fwd] [--arch sm_90] [--dtype bf16]
+           [--rows 100000] [--shapes 1000] [--folds networks|default] [--seed-synthetic N]
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import os
 import platform
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +40,7 @@ from farm.problems import CONV_FIELDS, ConvProblem
 from farm.select.catalogue import compile_cache_resources, no_resources
 from farm.select.cdriver import run_driver
 from farm.select.cexport import symbol_prefix
+from farm.select.crossval import leave_networks_out
 from farm.select.data import Dataset, load_dataset
 from farm.select.evaluate import Efficiency
 from farm.select.export import C_FILE, bundle_files, c_files
@@ -74,65 +86,137 @@ def query_shapes(data: Dataset, count: int) -> list[ConvProblem]:
     return list(problems.values())[:count]
 
 
+def selection_latency(model, data: Dataset, count: int) -> dict:
+    """Python Selector (C export, LightGBM) and the C export alone, one shape per call."""
+    files = bundle_files(model)
+    files[C_FILE] = c_files(files)[C_FILE]
+    fast, slow = Selector(files, "c"), Selector(files, "lightgbm")
+    shapes = query_shapes(data, count)
+    py_c = latency(fast.select, shapes)
+    py_lgb = latency(slow.select, shapes[:200], repeats=1)
+    masks = [fast.allowed(p) for p in shapes]
+    with tempfile.TemporaryDirectory() as tmp:
+        picks, (c50, c99) = run_driver(files[C_FILE], symbol_prefix(model.operator, model.arch,
+                                                                    model.dtype),
+                                       [[getattr(p, f) for f in CONV_FIELDS] for p in shapes],
+                                       masks, tmp, repeats=3)
+    agree = sum(fast.names[c] == s for c, s in zip(picks, fast.select_many(shapes)))
+    print(f"  selection latency, one shape vs {len(fast.names)} candidates ({len(shapes)} "
+          f"shapes): Python+C p50 {py_c['p50_us']:.1f} us p99 {py_c['p99_us']:.1f} us | "
+          f"Python+LightGBM p50 {py_lgb['p50_us']:.0f} us | C export p50 {c50:.1f} us "
+          f"p99 {c99:.1f} us (C and Python agree on {agree}/{len(shapes)})")
+    return {"candidates": len(fast.names), "python_c": py_c, "python_lightgbm": py_lgb,
+            "c_export": {"p50_us": c50, "p99_us": c99},
+            "c_python_agreement": f"{agree}/{len(shapes)}"}
+
+
+def networks_table(data: Dataset, config: TrainConfig) -> dict:
+    """Leave-one-network-out, pooled; prints the table."""
+    found = leave_networks_out(data, config)
+    pooled = found["pooled"]
+    print(f"  leave-one-network-out, pooled over {len(found['folds'])} folds "
+          f"({found['distinct_shapes']} distinct shapes): {Efficiency(**pooled).line()}")
+    for name, fold in found["folds"].items():
+        print(f"    held out {name:20s} {fold['kind']:9s} {fold['problems']:3d} problems: "
+              f"mean {fold['mean']:.3f} P10 {fold['p10']:.3f} min {fold['min']:.3f}")
+    return {"pooled": pooled, "folds": found["folds"],
+            "distinct_shapes": found["distinct_shapes"],
+            "training_seconds_per_fold": found["training_seconds"]}
+
+
+def evaluate_op(store, op: str, args, resources) -> dict:
+    config = TrainConfig(threads=args.threads)
+    data = cap_rows(load_dataset(store, op, args.arch, args.dtype, resources=resources),
+                    args.rows)
+    synthetic = bool(data.window.get("synthetic"))
+    label = "SYNTHETIC data (not measured)" if synthetic else "measured data"
+    envs = ", ".join(data.window.get("environments", []))
+    print(f"{op} {args.dtype} on {args.arch}, {label} ({envs}): {data.window['problems']} "
+          f"problems, {data.window['pairs']} candidate pairs")
+    figures = {"synthetic": synthetic, "data": label, "data_window": data.window}
+    if args.folds == "networks":
+        figures["leave_one_network_out"] = networks_table(data, config)
+    model = train(data, config)
+    m = model.metrics
+    print(f"  default held-out networks: {m['training_rows']} training rows, trained every "
+          f"kind in {m['training_seconds']:.1f} s; chose the {m['kind']} ({m['trees']} trees)")
+    for kind, scores in m["candidates"].items():
+        for part in ("validation", "holdout"):
+            print(f"    {kind:9s} {part:10s} {Efficiency(**scores[part]).line()}")
+    figures["default_holdout"] = {"holdout": data.window["holdout"], "chosen": m["kind"],
+                                  "trees": m["trees"], "models": m["candidates"],
+                                  "training_rows": m["training_rows"],
+                                  "training_seconds": m["training_seconds"]}
+    figures["latency"] = selection_latency(model, data, args.shapes)
+    return figures
+
+
+def training_time(op: str, args, rows: int) -> dict:
+    """Training time of every kind on `rows` training rows of SYNTHETIC measurements."""
+    from farm.select.synthetic import seed_synthetic, synthetic_problems
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"sqlite:///{Path(tmp) / 'timing.db'}")
+        problems = synthetic_problems(op, args.dtype, 0, int(rows / 45) + 50, seed=5)
+        seed_synthetic(store, problems, args.arch)
+        data = cap_rows(load_dataset(store, op, args.arch, args.dtype), rows)
+        model = train(data, TrainConfig(threads=args.threads))
+    m = model.metrics
+    print(f"training time, {op}: {m['training_rows']} SYNTHETIC training rows (timing only), "
+          f"every kind ({', '.join(m['candidates'])}) in {m['training_seconds']:.1f} s on "
+          f"{args.threads} thread(s)")
+    return {"operator": op, "training_rows": m["training_rows"],
+            "seconds": m["training_seconds"], "kinds": list(m["candidates"]),
+            "threads": args.threads, "data": "SYNTHETIC (timing only)"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--op", default="conv2d_fwd")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--db")
+    source.add_argument("--recording", type=Path,
+                        help="load this recording into a scratch database and evaluate on it")
+    parser.add_argument("--ops", "--op", nargs="+", default=["conv2d_fwd"])
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--shapes", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--folds", choices=["networks", "default"], default="networks")
+    parser.add_argument("--timing-rows", type=int, default=0, metavar="ROWS")
     parser.add_argument("--no-resources", action="store_true")
     parser.add_argument("--seed-synthetic", type=int, default=0, metavar="PROBLEMS")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    store = open_store(args.db)
-    if args.seed_synthetic:
-        from farm.select.synthetic import seed_synthetic, synthetic_problems
-        problems = synthetic_problems(args.op, args.dtype, args.seed_synthetic // 2,
-                                      args.seed_synthetic - args.seed_synthetic // 2)
-        print(f"seeded {seed_synthetic(store, problems, args.arch)} SYNTHETIC rows")
-    resources = no_resources if args.no_resources else compile_cache_resources(args.arch)
-    data = cap_rows(load_dataset(store, args.op, args.arch, args.dtype, resources=resources),
-                    args.rows)
-    synthetic = bool(data.window.get("synthetic"))
-    label = "SYNTHETIC data (not measured)" if synthetic else "measured data"
-    model = train(data, TrainConfig(threads=args.threads))
-    m = model.metrics
-    print(f"{args.op} {args.dtype} on {args.arch}, {label}: {m['training_rows']} training rows, "
-          f"trained both kinds in {m['training_seconds']:.1f} s; chose the {m['kind']} "
-          f"({m['trees']} trees)")
-    for kind, scores in m["candidates"].items():
-        for part in ("validation", "holdout"):
-            print(f"  {kind:9s} {part:10s} {Efficiency(**scores[part]).line()}")
-    files = bundle_files(model)
-    files[C_FILE] = c_files(files)[C_FILE]
-    fast, slow = Selector(files, "c"), Selector(files, "lightgbm")
-    shapes = query_shapes(data, args.shapes)
-    py_c = latency(fast.select, shapes)
-    py_lgb = latency(slow.select, shapes[:200], repeats=1)
-    masks = [fast.allowed(p) for p in shapes]
-    with tempfile.TemporaryDirectory() as tmp:
-        choices, (c50, c99) = run_driver(files[C_FILE], symbol_prefix(args.op, args.arch,
-                                                                      args.dtype),
-                                         [[getattr(p, f) for f in CONV_FIELDS] for p in shapes],
-                                         masks, tmp, repeats=3)
-    agree = sum(fast.names[c] == s for c, s in zip(choices, fast.select_many(shapes)))
-    print(f"selection latency, one shape vs {len(fast.names)} candidates ({len(shapes)} shapes): "
-          f"Python+C p50 {py_c['p50_us']:.1f} us p99 {py_c['p99_us']:.1f} us | "
-          f"Python+LightGBM p50 {py_lgb['p50_us']:.0f} us | C export p50 {c50:.1f} us "
-          f"p99 {c99:.1f} us (C and Python agree on {agree}/{len(shapes)})")
-    figures = {"operator": args.op, "arch": args.arch, "dtype": args.dtype,
-               "synthetic": synthetic, "data": label, "data_window": model.data_window,
-               "chosen": m["kind"], "trees": m["trees"], "models": m["candidates"],
-               "training_rows": m["training_rows"], "training_seconds": m["training_seconds"],
-               "training_threads": args.threads,
-               "latency": {"python_c": py_c, "python_lightgbm": py_lgb,
-                           "c_export": {"p50_us": c50, "p99_us": c99}},
-               "c_python_agreement": f"{agree}/{len(shapes)}"}
+    with tempfile.TemporaryDirectory() as scratch:
+        store = open_store(args.db or f"sqlite:///{Path(scratch) / 'recording.db'}")
+        figures: dict = {"arch": args.arch, "dtype": args.dtype, "threads": args.threads}
+        if args.recording:
+            from farm.recording import import_recording, recording_meta
+
+            meta = recording_meta(args.recording)
+            import_recording(store, args.recording)
+            figures["recording"] = {"file": args.recording.name, "note": meta.get("note"),
+                                    "recorded_at": meta.get("recorded_at"),
+                                    "environment": meta["environment"]}
+        if args.seed_synthetic:
+            from farm.select.synthetic import seed_synthetic, synthetic_problems
+            for op in args.ops:
+                problems = synthetic_problems(op, args.dtype, args.seed_synthetic // 2,
+                                              args.seed_synthetic - args.seed_synthetic // 2)
+                print(f"seeded {seed_synthetic(store, problems, args.arch)} SYNTHETIC rows")
+        resources = no_resources if args.no_resources else compile_cache_resources(args.arch)
+        figures["operators"] = {op: evaluate_op(store, op, args, resources) for op in args.ops}
+        store.engine.dispose()
+    if args.timing_rows:
+        figures["training_time"] = training_time(args.ops[0], args, args.timing_rows)
+    synthetic = any(f["synthetic"] for f in figures["operators"].values())
+    figures["synthetic"] = synthetic
     device = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-              "note": "selection runs on the CPU; no GPU involved"}
+              "note": "selection and training run on the CPU; no GPU involved"}
+    if "recording" in figures:
+        env = figures["recording"]["environment"]
+        device["measured_on"] = f"{env['gpu_name']} ({env['arch']})"
     print(f"wrote {write_result('select_eval', device, figures, args.out)}")
 
 

@@ -1,6 +1,7 @@
 """Recordings: the measurements of finished jobs on a real GPU as a parquet file with their
 environment (`farm record`), served later by the replay device (farm/replay.py) where that GPU
-is absent.
+is absent, or loaded back into a database as the measurements they are (`farm import-recording`,
+under the recorded environment, so that selection models train on them).
 
 One row per pair: the kernel's identity (family, instance, kernel_key, operator, dtype, config
 as JSON, source_hash), the problem's (layout, every shape field, problem_key), the measurement
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from farm.environment import Environment
-from farm.problems import CONV_FIELDS
-from farm.store import NotFound, Queries
+from farm.problems import CONV_FIELDS, ConvProblem
+from farm.store import FAILED_STATES, NotFound, Queries
 
 FORMAT = 1
 META_KEY = b"farm"
@@ -169,3 +171,59 @@ def find_recording(arch: str | None = None, folder: Path | None = None) -> Path 
             continue
         found.append((meta.get("recorded_at", ""), path.stat().st_mtime, path))
     return max(found)[2] if found else None
+
+
+def cell(value: Any) -> Any:
+    """A recording's cell, None where it is missing (None or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def _loads(value: Any) -> dict[str, Any]:
+    return json.loads(value) if isinstance(value, str) and value else {}
+
+
+def import_recording(store: Queries, source: str | Path | Recording,
+                     batch: int = 5000) -> dict[str, int]:
+    """Write a recording's rows into `store` as measurements of its recorded environment (not a
+    replay: they are that GPU's measurements), one finished job per recorded operator and dtype,
+    vendor rows included (the selection models never choose them). Importing again replaces
+    the rows (the replaced ones go to history). Returns {job name: rows}."""
+    recording = source if isinstance(source, Recording) else read_recording(source)
+    env = dict(recording.environment)
+    if env.get("replay_of"):
+        raise RecordingError(f"{recording.path}: its rows are a replay of "
+                             f"{env['replay_of']}, not measurements")
+    env_id = store.environment_id(env["fingerprint"], **{f: env[f] for f in ENV_FIELDS},
+                                  replay_of=None, details=env.get("details") or {})
+    frame = recording.frame
+    kernels = store.kernel_ids(
+        {"key": r["kernel_key"], "family": r["family"], "operator": r["operator"],
+         "name": r["instance"], "config": _loads(r["config"]), "source_hash": r["source_hash"]}
+        for r in frame.drop_duplicates("kernel_key").to_dict("records"))
+    names = {(j.get("operator"), j.get("dtype")): j.get("name") for j in recording.jobs}
+    written: dict[str, int] = {}
+    for (operator, dtype), part in frame.groupby(["operator", "dtype"], sort=False):
+        problems = [ConvProblem(op=operator, dtype=dtype, layout=r["layout"],
+                                **{f: int(r[f]) for f in CONV_FIELDS})
+                    for r in part.drop_duplicates("problem_key").to_dict("records")]
+        name = f"{names.get((operator, dtype)) or f'{operator} {dtype}'} (imported)"
+        job = store.create_job(name, operator, dtype, 0, {"imported_from": recording.path.name,
+                                                          "environment": env["fingerprint"]},
+                               problems)
+        ids = {p.key: i for i, p in store.job_problem_ids(job)}
+        rows = [{"kernel_id": kernels[r["kernel_key"]], "problem_id": ids[r["problem_key"]],
+                 "environment_id": env_id, "job_id": job, "status": r["status"],
+                 "message": cell(r["message"]), "policy": _loads(r["policy"]),
+                 "telemetry": _loads(r["telemetry"]),
+                 **{f: cell(r[f]) for f in TIMING_FIELDS if f != "samples"},
+                 "samples": int(cell(r["samples"]) or 0)}
+                for r in part.to_dict("records")]
+        for start in range(0, len(rows), batch):
+            store.record_measurements(rows[start:start + batch])
+        failed = sum(r["status"] in FAILED_STATES for r in rows)
+        store.set_job_state(job, "done", total_pairs=len(rows), done_pairs=len(rows) - failed,
+                            failed_pairs=failed)
+        written[name] = len(rows)
+    return written

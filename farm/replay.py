@@ -11,7 +11,6 @@ and raises DeviceLost (the actor process exits), "hang" sleeps until the coordin
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -20,16 +19,10 @@ from typing import Any
 from farm.environment import Environment
 from farm.measure import DeviceLost, PairResult
 from farm.problems import CONV_FIELDS, ConvProblem
-from farm.recording import TIMING_FIELDS, Recording, read_recording, replay_environment
+from farm.recording import TIMING_FIELDS, Recording, cell, read_recording, replay_environment
 from farm.timing import TimingPolicy
 from farm.worker import target_of
 from kernels.family import Instance
-
-
-def _value(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return value
 
 
 class ReplayWorker:
@@ -49,11 +42,11 @@ class ReplayWorker:
             self._rows[(row["family"], row["instance"], problem.key)] = row
 
     def _result(self, row: dict[str, Any]) -> PairResult:
-        return PairResult(status=row["status"], message=_value(row["message"]),
+        return PairResult(status=row["status"], message=cell(row["message"]),
                           policy=json.loads(row["policy"] or "{}"),
                           telemetry=json.loads(row["telemetry"] or "{}"),
-                          **{f: _value(row[f]) for f in TIMING_FIELDS if f != "samples"},
-                          samples=int(_value(row["samples"]) or 0))
+                          **{f: cell(row[f]) for f in TIMING_FIELDS if f != "samples"},
+                          samples=int(cell(row["samples"]) or 0))
 
     def measure_problem(self, problem: ConvProblem, instances: Iterable[Instance],
                         policy: TimingPolicy = TimingPolicy(),
@@ -71,7 +64,7 @@ class ReplayWorker:
                                            f"{self.environment.gpu_name})",
                                            policy=policy.model_dump())
                 continue
-            fault = _value(row.get("fault"))
+            fault = cell(row.get("fault"))
             if fault == "hang":
                 time.sleep(self.hang_s)  # the coordinator's deadline ends this process
                 yield instance, PairResult("timeout", message="replayed hang",

@@ -25,9 +25,13 @@ def test_a_job_runs_to_completion_and_a_repeat_is_cached(db_url, tmp_path):
     data = spec("small")
     rec = recording(data, tmp_path)
     first = submit(store, data, tmp_path)
-    [outcome] = Coordinator(store, config(rec)).run(until_idle=True)
+    [outcome] = Coordinator(store, config(rec, code_cache=str(tmp_path / "code"))).run(
+        until_idle=True)
     assert (outcome.job_id, outcome.status) == (first, "done")
     assert_complete_exactly_once(store, first)
+    # a cluster database also holds the compile cache its nodes share; SQLite keeps folders
+    shared = store.engine.url.get_backend_name() != "sqlite"
+    assert (store.count_rows("artifacts") == 2) == shared  # the two conv_naive code objects
     job = store.job(first)
     assert job.total_pairs == 8 * 3 and job.done_pairs == 24  # 8 shapes x (2 naive + vendor)
     replayed = store.timings(TimingFilter(job_id=first))

@@ -13,10 +13,11 @@ from farm.cli import app
 from farm.cluster.pairs import plan_job, select_instances
 from farm.environment import Environment
 from farm.measure import DeviceLost
-from farm.recording import find_recording, read_recording, recording_meta, write_recording
+from farm.recording import (export_recording, find_recording, read_recording, recording_meta,
+                            write_recording)
 from farm.replay import ReplayWorker
 from farm.specs import JobSpec, resolve_spec
-from farm.store import open_store
+from farm.store import TimingFilter, open_store
 from tests.cluster_support import recording, spec, submit
 from tests.data.synthetic_recording import SYNTHETIC_FILE
 
@@ -75,6 +76,29 @@ def test_record_then_replay_gives_the_same_rows(db_url, tmp_path):
     changed = dataclasses.replace(plan.instances[kernel_ids[0]], source_hash="0" * 32)
     [(_, stale)] = worker.measure_problem(problem, [changed])
     assert stale.status == "not_recorded" and "source" in stale.message
+
+
+def test_import_recording_loads_real_rows_under_the_recorded_environment(tmp_path):
+    source = open_store(f"sqlite:///{tmp_path / 'gpu.db'}")
+    job_id, _, rows = _measured_job(source, tmp_path)
+    out = tmp_path / "h100.parquet"
+    export_recording(source, [job_id], out)
+    url = f"sqlite:///{tmp_path / 'copy.db'}"
+    result = CliRunner().invoke(app, ["import-recording", str(out)], env={"FARM_DB_URL": url})
+    assert result.exit_code == 0, result.output
+    assert "recorded (imported): 16 pairs" in result.stdout
+    store = open_store(url)
+    frame = store.timings(TimingFilter(status=None))  # replayed rows excluded: these are real
+    assert len(frame) == 16 and set(frame["gpu_name"]) == {H100.gpu_name}
+    assert frame["replay_of"].isna().all()
+    assert store.environment(H100.fingerprint)["arch"] == "sm_90"
+    original = source.timings(TimingFilter(status=None))
+    key = ["kernel", "C", "K", "G", "R"]
+    merged = frame.merge(original, on=key, suffixes=("", "_gpu"))
+    assert len(merged) == 16 and (merged["status"] == merged["status_gpu"]).all()
+    assert merged["median_us"].equals(merged["median_us_gpu"])
+    [job] = store.jobs()
+    assert (job.status, job.total_pairs, job.failed_pairs) == ("done", 16, 4)
 
 
 def test_record_refuses_unfinished_or_replayed_jobs(sqlite_url, tmp_path):

@@ -79,8 +79,10 @@ def test_splits_keep_problems_and_held_out_networks_apart(fwd):
 def test_training_keeps_the_better_kind_and_labels_synthetic(fwd):
     m = fwd.model.metrics
     val = {k: v["validation"]["mean"] for k, v in m["candidates"].items()}
-    assert set(val) == {"regressor", "ranker"} and val[m["kind"]] == max(val.values())
+    assert set(val) == {"regressor", "ranker", "hybrid"} and val[m["kind"]] == max(val.values())
     assert m["synthetic"] and 0 < m["trees"] <= 100
+    held = {c["problem"]: c["kernel"] for c in m["per_problem"]}  # the dashboard's choices
+    assert len(held) == m["holdout"]["problems"] and set(held.values()) <= set(fwd.selector.names)
     for part in ("validation", "holdout"):
         assert m[part]["problems"] > 10 and 0.8 < m[part]["mean"] <= 1.0  # synthetic sanity
         assert m[part]["top_k"]["8"] >= m[part]["top_k"]["2"] >= m[part]["mean"] - 1e-12
@@ -197,8 +199,8 @@ def test_bench_select_eval_runs_on_synthetic_data(fwd, tmp_path, monkeypatch, ca
     from bench import select_eval
 
     monkeypatch.setattr(sys, "argv", ["select_eval", "--db", fwd.url, "--rows", "4000",
-                                      "--shapes", "60", "--no-resources", "--out",
-                                      str(tmp_path)])
+                                      "--shapes", "60", "--no-resources", "--folds", "default",
+                                      "--out", str(tmp_path)])
     select_eval.main()
     text = capsys.readouterr().out
     assert "SYNTHETIC data (not measured)" in text and "C and Python agree on 60/60" in text
@@ -234,3 +236,18 @@ def test_c_costs_equal_lightgbm_bit_for_bit_on_odd_shapes(fwd):
             continue
         np.testing.assert_array_equal(fwd.selector.costs(p), fwd.slow.costs(p))
         checked += 1
+
+
+def test_leave_networks_out_pools_held_out_networks(fwd):
+    from farm.select.crossval import leave_networks_out, networks_of
+
+    assert set(DEFAULT_HOLDOUT) <= set(networks_of(fwd.data))
+    found = leave_networks_out(fwd.data, folds=[("resnet50",), ("mobilenet_v2",)])
+    members = network_membership()
+    frame = found["frame"]
+    for fold, part in frame.groupby("fold"):  # each fold held out exactly its network's shapes
+        shapes = set(part[list(CONV_FIELDS)].itertuples(index=False, name=None))
+        assert all(fold in members[s] for s in shapes)
+    pooled = found["pooled"]
+    assert pooled["problems"] == sum(f["problems"] for f in found["folds"].values())
+    assert 0.5 < pooled["mean"] <= 1.0 and pooled["top_k"]["8"] >= pooled["mean"] - 1e-12

@@ -67,7 +67,12 @@ def test_derived_sizes_match_the_problem_and_the_descriptor():
                 assert f["blocks"] == grid[0] * grid[2]
             assert f["cfg.conv_igemm.block_m"] == c["block_m"]
             assert math.isnan(f["cfg.conv_direct.vec"]) and f["fam.conv_igemm"] == 1.0
-            assert math.isnan(f["registers"]) and math.isnan(f["occupancy"])  # no resources
+            assert math.isnan(f["registers"])  # no resources: shared memory and threads bound
+            smem = c["stages"] * (c["block_m"] + c["block_n"]) * c["block_k"] * 2
+            assert f["shared_bytes"] == smem
+            assert f["occupancy"] == min(228 * 1024 // smem, 2048 // f["threads"], 32)
+            assert f["padded_flops"] >= p.flops and f["operand_bytes"] > 0
+            assert math.isnan(f["filter_gap"])
 
 
 def test_occupancy_from_registers_and_shared_memory():
@@ -82,6 +87,9 @@ def test_occupancy_from_registers_and_shared_memory():
     _, (g,) = features_of("conv2d_fwd", SHAPE, [CatalogueEntry.of(direct)])
     assert g["threads"] == direct.settings["block"] and math.isnan(g["tile_m"])
     assert g["Q"] == 25 and g["tiles_q"] == math.ceil(25 / direct.settings["tile_w"])
+    fr = direct.settings["fr"]
+    assert g["filter"] == fr and g["filter_gap"] == 2 * abs(fr - 3)
+    assert math.isnan(g["padded_flops"])
 
 
 def test_spec_round_trips_and_refuses_another_version():

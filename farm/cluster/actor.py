@@ -34,6 +34,7 @@ class WorkerConfig:
     recording_data: bytes | None = None  # ... and its bytes, so any node can replay it
     pace_s: float = 0.0
     code_cache: str | None = None  # the compile cache folder (None: FARM_CODE_CACHE or default)
+    code_db: str | None = None  # a database whose artifacts table the cluster's nodes share
 
 
 class MeasureActor:
@@ -49,10 +50,11 @@ class MeasureActor:
             recording = read_recording(config.recording_data, config.recording or "")
             self.worker = ReplayWorker(recording, pace_s=config.pace_s)
         else:
-            from farm.compile import FolderCache
+            from farm.store.artifacts import open_code_cache
             from farm.worker import GpuWorker
 
-            self.worker = GpuWorker(ordinal=0, cache=FolderCache(config.code_cache))
+            self.worker = GpuWorker(ordinal=0,
+                                    cache=open_code_cache(config.code_cache, config.code_db))
 
     def describe(self) -> dict[str, Any]:
         """Who this process is: its environment, node, pid and whether it is about to exit."""

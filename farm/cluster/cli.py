@@ -1,4 +1,5 @@
-"""The cluster's commands of `farm`: run, workers, record, demo (registered by farm/cli.py)."""
+"""The cluster's commands of `farm`: run, workers, record, import-recording, demo (registered by
+farm/cli.py)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ def run(until_idle: Annotated[bool, typer.Option(
         stale_after: Annotated[float, typer.Option(
             help="Seconds without a heartbeat before another coordinator may take a job")] = 60.0,
         max_batch: Annotated[int, typer.Option(help="Pairs per batch")] = 64,
+        retrain: Annotated[bool, typer.Option(
+            help="Train selection models in the background when an operator/arch/dtype's "
+                 "measurements grew 20% since its model")] = True,
+        retrain_every: Annotated[Optional[float], typer.Option(
+            help="Also retrain when a model is this many seconds old and new measurements "
+                 "exist")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress bars")] = False,
         db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
     """The coordinator: measure queued jobs on every GPU of the Ray cluster (or replay)."""
@@ -57,7 +64,8 @@ def run(until_idle: Annotated[bool, typer.Option(
     from farm.recording import RecordingError
 
     config = _config(ray_address, replay, replay_actors, replay_pace, arch,
-                     hang_slack_s=hang_slack, stale_after_s=stale_after, max_batch=max_batch)
+                     hang_slack_s=hang_slack, stale_after_s=stale_after, max_batch=max_batch,
+                     retrain=retrain, retrain_every_s=retrain_every)
     from farm.cli import _errors
 
     with _errors():
@@ -132,6 +140,25 @@ def record(jobs: Annotated[list[int], typer.Argument(help="Finished job ids")],
     recording = read_recording(path)
     out.print(f"wrote {len(recording.frame)} pairs of {recording.environment['gpu_name']} "
               f"({recording.arch}) to {path}", highlight=False)
+
+
+def import_recording(path: Annotated[Path, typer.Argument(help="Recording (parquet) to load")],
+                     db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None
+                     ) -> None:
+    """Load a recording's measurements into the database under the recorded GPU's environment
+    (they are that GPU's measurements, not a replay), e.g. to train selection models on them."""
+    from farm.cli import _errors
+    from farm.recording import RecordingError, import_recording as load
+
+    with _errors():
+        store = open_store(db)
+    try:
+        written = load(store, path)
+    except RecordingError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    for name, rows in written.items():
+        out.print(f"{name}: {rows} pairs", highlight=False)
 
 
 def demo(replay: ReplayOption = None, replay_actors: ActorsOption = 2,

@@ -27,10 +27,12 @@ class CompileOutcome:
 
 @ray.remote(num_cpus=1, max_retries=1)
 def compile_task(source: str, defines: dict, target: str, cache_dir: str | None,
-                 timeout_s: float) -> CompileOutcome:
-    from farm.compile import FolderCache, compile_source
+                 timeout_s: float, code_db: str | None = None) -> CompileOutcome:
+    from farm.compile import compile_source
+    from farm.store.artifacts import open_code_cache
 
-    compiled = compile_source(source, defines, target, FolderCache(cache_dir), timeout_s)
+    compiled = compile_source(source, defines, target, open_code_cache(cache_dir, code_db),
+                              timeout_s)
     log = compiled.result.log or ""
     return CompileOutcome(ok=compiled.result.ok, log=log[-LOG_LIMIT:],
                           seconds=compiled.result.seconds, cached=compiled.cached)
@@ -46,8 +48,12 @@ def identity(instance: Instance, target: str) -> str:
 class Compiles:
     """The compile tasks of one coordinator for one target: each identity compiled once."""
 
-    def __init__(self, target: str, cache_dir: str | None = None, timeout_s: float = 300.0):
+    def __init__(self, target: str, cache_dir: str | None = None, timeout_s: float = 300.0,
+                 code_db: str | None = None):
+        """cache_dir: each node's folder cache; code_db: a database URL whose artifacts table
+        the cluster's nodes share (None: the folders alone)."""
         self.target, self.cache_dir, self.timeout_s = target, cache_dir, timeout_s
+        self.code_db = code_db
         self.outcomes: dict[str, CompileOutcome] = {}
         self.running: dict[Any, str] = {}  # task ref -> identity
         self._sources: dict[str, Any] = {}  # source hash -> ref of the source text
@@ -61,7 +67,7 @@ class Compiles:
         if instance.source_hash not in self._sources:
             self._sources[instance.source_hash] = ray.put(family.source())
         ref = compile_task.remote(self._sources[instance.source_hash], family.defines(instance),
-                                  self.target, self.cache_dir, self.timeout_s)
+                                  self.target, self.cache_dir, self.timeout_s, self.code_db)
         self.running[ref] = key
         return key, None
 

@@ -32,6 +32,11 @@ class CoordinatorConfig:
     poll_s: float = 2.0  # how often an idle coordinator looks at the queue
     start_timeout_s: float = 300.0  # how long to wait for the first actor
     compile_timeout_s: float = 300.0  # the time limit of one compile task
+    retrain: bool = True  # train selection models in the background (farm/cluster/retrain.py)
+    retrain_growth: float = 0.2  # ... when an operator/arch/dtype's data grew this much
+    retrain_every_s: float | None = None  # ... or its model is this old and new data exist
+    retrain_check_s: float = 30.0  # how often a measuring coordinator asks (with a period)
+    retrain_include_replay: bool = False  # train on replayed rows too (tests only)
 
 
 class Reporter(Protocol):

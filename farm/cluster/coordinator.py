@@ -8,6 +8,11 @@ holds the job. A running job whose holder is dead is reclaimable: silent for sta
 at once when the holder ran on this host and its process is gone (claimed_by is
 host:pid:nonce). The new holder resumes it: the rows the job already wrote count as finished,
 so no finished pair is measured twice.
+
+Selection models are retrained in the background (farm/cluster/retrain.py): after each job an
+operator/arch/dtype whose data grew 20% since its model (or, with retrain_every_s, whose model is
+older than that; also checked while measuring) gets a Ray CPU training task, and the model is
+registered when the task is done.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from farm.cluster.config import CoordinatorConfig, NoWorkers, QuietReporter, Rep
 from farm.cluster.jobrun import JobRun
 from farm.cluster.pairs import plan_job
 from farm.cluster.pool import ActorPool
+from farm.cluster.retrain import Retrainer
 from farm.recording import find_recording, recording_meta
 from farm.store import JobStopped, Queries
 from farm.store.models import utcnow
@@ -94,6 +100,7 @@ class Coordinator:
         self.compiles: dict[str, Compiles] = {}
         self.environment_ids: set[int] = set()  # the environments that served jobs
         self.kind: str | None = None  # gpu | replay, once started
+        self.retrainer: Retrainer | None = None
 
     def worker_config(self) -> WorkerConfig:
         """GPU actors where the cluster has GPUs, else the replay device (if it can)."""
@@ -114,8 +121,15 @@ class Coordinator:
             return WorkerConfig(kind="replay", recording=str(recording),
                                 recording_data=Path(recording).read_bytes(),
                                 pace_s=self.config.replay_pace_s,
-                                code_cache=self.config.code_cache)
-        return WorkerConfig(kind="gpu", code_cache=self.config.code_cache)
+                                code_cache=self.config.code_cache, code_db=self.code_db)
+        return WorkerConfig(kind="gpu", code_cache=self.config.code_cache, code_db=self.code_db)
+
+    @property
+    def code_db(self) -> str | None:
+        """The database the cluster shares code objects through: the store, unless it is the
+        embedded SQLite file (one machine: the folder cache is enough)."""
+        url = self.store.engine.url
+        return None if url.get_backend_name() == "sqlite" else url.render_as_string(False)
 
     def start(self) -> None:
         connect_ray(self.config.ray_address)
@@ -137,8 +151,12 @@ class Coordinator:
             self.stop()
             raise NoWorkers(f"no measure actor could start: {why}")
         self.store.save_workers(self.pool.worker_rows(force=True))
+        if self.config.retrain:
+            self.retrainer = Retrainer(self.store, self.config, self.reporter)
 
     def stop(self) -> None:
+        if self.retrainer is not None:
+            self.retrainer.cancel()
         if self.pool is not None:
             self.pool.shutdown()
             self.pool = None
@@ -153,8 +171,8 @@ class Coordinator:
 
     def run(self, until_idle: bool = False, max_jobs: int | None = None,
             only: list[int] | None = None) -> list[JobOutcome]:
-        """Serve the queue (or only these jobs): forever, or until it is empty (until_idle) or
-        max_jobs ran."""
+        """Serve the queue (or only these jobs): forever, or until it is empty and the trainings
+        it started are registered (until_idle), or max_jobs ran."""
         outcomes: list[JobOutcome] = []
         self.start()
         try:
@@ -162,9 +180,15 @@ class Coordinator:
                 job_id = self.claim(only)
                 if job_id is not None:
                     outcomes.append(self.run_job(job_id))
+                    if self.retrainer is not None:
+                        self.retrainer.poll(check=True)  # the job's data may make one due
                     continue
                 if until_idle and not self._waiting(only):
+                    if self.retrainer is not None:
+                        self.retrainer.wait()  # the trainings the jobs started
                     break
+                if self.retrainer is not None:
+                    self.retrainer.poll()
                 time.sleep(self.config.poll_s)
                 self.pool.sync()
                 self.pool.poll()
@@ -203,9 +227,11 @@ class Coordinator:
             arch, target = self._serving()
             if target not in self.compiles:
                 self.compiles[target] = Compiles(target, self.config.code_cache,
-                                                 self.config.compile_timeout_s)
+                                                 self.config.compile_timeout_s, self.code_db)
             run = JobRun(self.store, self.pool, self.compiles[target], plan, self.claimer,
                          arch, self.config, self.reporter)
+            if self.retrainer is not None:
+                run.background = self.retrainer.poll
             self.environment_ids.update(self.pool.environment_ids(arch))
             run.run()
             self.store.finish_job(job_id, self.claimer, "done")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import ray
 from ray.exceptions import RayActorError
@@ -46,6 +47,7 @@ class JobRun:
         self.last_flush = self.last_beat = self.last_sync = self.last_workers = time.monotonic()
         self.deadline_s = plan.policy.timeout_s * config.hang_factor + config.hang_slack_s
         self.unserved_since: float | None = None  # when the job last had no actor at all
+        self.background: Callable[[], None] | None = None  # called every tick (retraining)
 
     # Setup -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -123,6 +125,8 @@ class JobRun:
         self.check_deadlines()
         self.flush()
         self.store_workers()
+        if self.background is not None:
+            self.background()
 
     def _check_served(self, now: float) -> None:
         """Give up (NoWorkers) when no actor of the job's architecture has been alive for

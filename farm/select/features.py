@@ -4,9 +4,12 @@ export (farm/select/cexport.py) from the same text, so both give identical doubl
 Groups, in column order: the shape fields; sizes derived from the shape (P, Q, C/G, K/G, the
 GEMM view M/N/K of the direction, FLOPs, bytes, roofline time); the device; the instance
 (family one-hot, every config field of every family as `cfg.FAMILY.FIELD`, NaN where the
-family has no such field, threads, tile sizes, split, registers, shared memory, spills and the
-occupancy they allow); and the interactions (tile counts and last-tile fill per dimension,
-blocks, waves over the multiprocessors, padding waste). Missing values are NaN.
+family has no such field, threads, tile sizes, split, vector width, specialised filter size,
+registers, shared memory, spills and the occupancy they allow: without the compiled code's
+registers, the bound of shared memory and threads alone); and the interactions (tile counts and
+last-tile fill per dimension, blocks, waves over the multiprocessors, padding waste, how far a
+specialised filter is from the shape's, the padded GEMM work and operand traffic of a tiling
+and the time they bound). Missing values are NaN.
 """
 
 from __future__ import annotations
@@ -21,14 +24,15 @@ import numpy as np
 from farm.problems import CONV_FIELDS, DTYPE_BYTES
 from farm.select.catalogue import CatalogueEntry, candidate_families
 from farm.select.device import DeviceInfo
+from kernels.conv.igemm import shared_bytes as staged_bytes
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 _GEMM = {"conv2d_fwd": ("N*P*Q", "Kg", "Cg*R*S"),
          "conv2d_bwd_data": ("N*H*W", "Cg", "Kg*R*S"),
          "conv2d_bwd_weight": ("Kg", "Cg*R*S", "N*P*Q")}
 CONSTANTS = ("sm_count", "l2_bytes", "bandwidth_gbps", "peak_tflops", "elem_bytes")
-INSTANCE = ("threads", "tile_m", "tile_n", "tile_k", "tile_w", "split", "registers",
-            "shared_bytes", "spill_bytes", "occupancy")
+INSTANCE = ("threads", "tile_m", "tile_n", "tile_k", "tile_w", "split", "vec", "filter",
+            "registers", "shared_bytes", "spill_bytes", "occupancy")
 INTERACTIONS = (
     ("tiles_m", "cdiv(gemm_m, tile_m)"), ("fill_m", "(gemm_m - (tiles_m - 1) * tile_m) / tile_m"),
     ("tiles_n", "cdiv(gemm_n, tile_n)"), ("fill_n", "(gemm_n - (tiles_n - 1) * tile_n) / tile_n"),
@@ -41,6 +45,13 @@ INTERACTIONS = (
     ("sm_share", "vmin(blocks / sm_count, 1)"),
     ("tile_waste", "tiles_m * tile_m * tiles_n * tile_n / (gemm_m * gemm_n)"),
     ("per_thread_outputs", "tile_m * tile_n / threads"),
+    ("filter_gap", "vmax(filter - R, R - filter) + vmax(filter - S, S - filter)"),
+    ("padded_flops", "2 * G * tiles_m * tile_m * tiles_n * tile_n * tiles_k * tile_k"),
+    ("operand_bytes", "elem_bytes * G * (gemm_m * gemm_k * tiles_n + gemm_n * gemm_k * tiles_m)"),
+    ("wave_fill", "waves / cdiv(waves, 1)"),
+    ("tile_bound_us", "vmax(padded_flops / (peak_tflops * 1e6 * wave_fill * sm_share), "
+                      "operand_bytes / (bandwidth_gbps * 1e3))"),
+    ("tile_bound_ratio", "tile_bound_us / roofline_us"),
 )
 
 
@@ -139,11 +150,13 @@ class FeatureSpec:
 
 def _occupancy(threads: float, registers: float, shared: float, d: DeviceInfo) -> float:
     """Resident blocks per multiprocessor from registers (allocated per warp in 256s), shared
-    memory and threads; NaN without registers."""
-    if math.isnan(registers) or math.isnan(threads):
+    memory and threads; without registers, from shared memory and threads alone (a bound);
+    NaN without threads."""
+    if math.isnan(threads):
         return math.nan
     warps = math.ceil(threads / 32)
-    by_regs = d.regs_per_sm // (math.ceil(registers * 32 / 256) * 256 * warps)
+    by_regs = (d.max_blocks_per_sm if math.isnan(registers) else
+               d.regs_per_sm // (math.ceil(registers * 32 / 256) * 256 * warps))
     by_smem = d.smem_per_sm // shared if shared > 0 else d.max_blocks_per_sm
     return float(min(by_regs, by_smem, d.max_threads_per_sm // threads, d.max_blocks_per_sm))
 
@@ -154,7 +167,10 @@ def _instance_row(spec: FeatureSpec, entry: CatalogueEntry) -> list[float]:
     generic = {"threads": threads, "tile_m": cfg.get("block_m", nan),
                "tile_n": cfg.get("block_n", nan), "tile_k": cfg.get("block_k", nan),
                "tile_w": cfg.get("tile_w", nan), "split": cfg.get("split_k", 1),
+               "vec": cfg.get("vec", nan), "filter": cfg.get("fr", nan),
                **{k: res.get(k, nan) for k in ("registers", "shared_bytes", "spill_bytes")}}
+    if math.isnan(generic["shared_bytes"]) and {"stages", "block_m", "block_n"} <= set(cfg):
+        generic["shared_bytes"] = staged_bytes(cfg)  # the pipeline's static tiles
     generic["occupancy"] = _occupancy(float(threads), float(generic["registers"]),
                                       float(generic["shared_bytes"]), spec.device)
     row = []

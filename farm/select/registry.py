@@ -5,6 +5,7 @@ and `retrain_due` says when an operator/arch/dtype's data has grown enough for a
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from farm.select.export import bundle_files, bundle_key, pack, unpack, write_bun
 from farm.select.selector import Selector
 from farm.select.train import TrainedModel, usable
 from farm.store import Queries
+from farm.store.models import utcnow
 from farm.store.queries import ModelQueries, ModelSummary
 
 RETRAIN_GROWTH = 0.2
@@ -84,9 +86,12 @@ def register(queries: Queries, model: TrainedModel, data: Dataset | None = None,
 
 
 def retrain_due(queries: Queries, operator: str, arch: str, dtype: str,
-                growth: float = RETRAIN_GROWTH, include_replay: bool = False) -> RetrainDecision:
-    """Due when no model exists yet, or the measurements have grown by `growth` (20%) since
-    the newest model's data window. The coordinator calls this between jobs."""
+                growth: float = RETRAIN_GROWTH, include_replay: bool = False,
+                period_s: float | None = None) -> RetrainDecision:
+    """Due when no model exists yet, when the measurements have grown by `growth` (20%) since
+    the newest model's data window, or (with `period_s`) when that model is older than the
+    period and measurements have been added since. The coordinator asks between jobs and on a
+    timer while it measures."""
     registry = ModelQueries(queries)
     now = registry.measurement_count(operator, arch, dtype, include_replay)
     last = registry.latest_model(operator, arch, dtype)
@@ -96,6 +101,12 @@ def retrain_due(queries: Queries, operator: str, arch: str, dtype: str,
     due = now >= then * (1 + growth) and now > then
     reason = (f"{now} measurements, {then} at model {last.id}"
               f" ({'+' if now >= then else ''}{(now - then) / max(then, 1):.0%})")
+    if not due and period_s is not None and now > then:
+        created = last.created_at if last.created_at.tzinfo else last.created_at.replace(
+            tzinfo=dt.timezone.utc)
+        age = (utcnow() - created).total_seconds()
+        due = age >= period_s
+        reason += f", model {age:.0f} s old (period {period_s:g} s)"
     return RetrainDecision(due, reason, now, then)
 
 

@@ -1,6 +1,8 @@
-"""Training per (operator, architecture, dtype): a LightGBM regressor on log latency and a
-lambdarank ranker grouped by problem, both early-stopped on the validation problems; the one of
-higher validation efficiency is kept and scored on the held-out problems.
+"""Training per (operator, architecture, dtype): a LightGBM regressor on log latency, a
+lambdarank ranker grouped by problem, and a hybrid (boosting first on each pair's log speed
+relative to its problem's fastest, so that the trees know how much slower a candidate is, then
+on lambdarank from there, as one model), each early-stopped on the validation problems; the one
+of higher validation efficiency is kept and scored on the held-out problems.
 
 Rows are the measured pairs of problems that have at least one applicable `ok` time. A failed
 pair (wrong result, launch error, timeout) teaches the models to avoid it: the regressor sees
@@ -14,20 +16,20 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from farm.problems import CONV_FIELDS
+from farm.problems import CONV_FIELDS, ConvProblem
 from farm.select.catalogue import CatalogueEntry
 from farm.select.data import Dataset
-from farm.select.evaluate import Efficiency, efficiency
+from farm.select.evaluate import Efficiency, choices, efficiency
 from farm.select.features import FeatureSpec, feature_matrix, instance_matrix
 
-KINDS = ("regressor", "ranker")
+KINDS = ("regressor", "ranker", "hybrid")
 GRADES = 30  # ranker relevance: 30 for the fastest, one less per 4% slower, 0 at the floor
 
 
@@ -37,6 +39,7 @@ class TrainConfig:
 
     rounds: int = 100  # each tree costs ~0.4 us of selection (77 candidates)
     learning_rate: float = 0.2
+    hybrid_rounds: int = 40  # the hybrid's first stage (relative log speed) at most
     num_leaves: int = 31
     min_data_in_leaf: int = 10
     feature_fraction: float = 0.9
@@ -45,6 +48,7 @@ class TrainConfig:
     learn_inapplicable: bool = True  # train on pairs the rules forbid too, as failures, so that
     # they rank last and the selector's lazy applicability check stops at once
     inapplicable_weight: float = 0.05  # the regressor's weight of those rows
+    truncation: int = 80  # lambdarank: pairs with one member this high in the list count
     kinds: tuple[str, ...] = KINDS
     threads: int = 1  # OpenMP threads; more only pays on an otherwise idle machine
     seed: int = 0
@@ -59,7 +63,7 @@ class TrainConfig:
             return {**common, "objective": "regression", "metric": "l2"}
         gains = [2 ** (g / 3) - 1 for g in range(GRADES + 1)]
         return {**common, "objective": "lambdarank", "metric": "ndcg", "eval_at": [5],
-                "label_gain": gains, "lambdarank_truncation_level": 16}
+                "label_gain": gains, "lambdarank_truncation_level": self.truncation}
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class TrainedModel:
 
     spec: FeatureSpec
     catalogue: tuple[CatalogueEntry, ...]
-    kind: str  # regressor (cost = predicted log latency) | ranker (cost = -score)
+    kind: str  # regressor (cost = predicted log latency) | ranker, hybrid (cost = -score)
     model_text: str
     metrics: dict[str, Any]
     data_window: dict[str, Any]
@@ -100,8 +104,9 @@ def pair_features(spec: FeatureSpec, catalogue: tuple[CatalogueEntry, ...],
     return feature_matrix(spec, shapes, table[frame["candidate"].to_numpy()])
 
 
-def _targets(frame: pd.DataFrame, penalty: float) -> tuple[np.ndarray, np.ndarray]:
-    """(log latency, relevance grade) per row; failed rows are penalised."""
+def _targets(frame: pd.DataFrame, penalty: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(log latency, log of the problem's fastest time over it, relevance grade) per row;
+    failed rows are penalised."""
     ok = (frame["status"].eq("ok") & frame["applicable"]).to_numpy()
     times = frame["median_us"].to_numpy(np.float64)
     by = frame.assign(t=np.where(ok, times, np.nan)).groupby("problem")["t"]
@@ -109,7 +114,7 @@ def _targets(frame: pd.DataFrame, penalty: float) -> tuple[np.ndarray, np.ndarra
     latency = np.where(ok, times, penalty * slowest)
     slower = np.log(latency / best) / math.log(1.04)
     grade = np.where(ok, np.clip(GRADES - np.ceil(slower - 1e-9), 0, GRADES), 0)
-    return np.log(latency), grade.astype(np.int32)
+    return np.log(latency), np.log(best / latency), grade.astype(np.int32)
 
 
 def usable(frame: pd.DataFrame, applicable_only: bool = True) -> pd.DataFrame:
@@ -122,10 +127,20 @@ def usable(frame: pd.DataFrame, applicable_only: bool = True) -> pd.DataFrame:
 
 
 def _fit(kind: str, config: TrainConfig, names: tuple[str, ...], x: np.ndarray,
-         part: pd.DataFrame, xv: np.ndarray, val: pd.DataFrame) -> lgb.Booster:
-    log_t, grade = _targets(part, config.failed_penalty)
-    vlog_t, vgrade = _targets(val, config.failed_penalty)
-    label, vlabel = (log_t, vlog_t) if kind == "regressor" else (grade, vgrade)
+         part: pd.DataFrame, xv: np.ndarray, val: pd.DataFrame,
+         init: lgb.Booster | None = None) -> lgb.Booster:
+    """One model; the hybrid is a `speed` stage (regression on relative log speed) continued
+    as a ranker."""
+    if kind == "hybrid":
+        stage = _fit("speed", replace(config, rounds=config.hybrid_rounds), names, x, part, xv,
+                     val)
+        stage = lgb.Booster(model_str=stage.model_to_string(num_iteration=stage.best_iteration))
+        rest = replace(config, rounds=max(config.rounds - stage.num_trees(), 1))
+        return _fit("ranker", rest, names, x, part, xv, val, init=stage)
+    log_t, speed, grade = _targets(part, config.failed_penalty)
+    vlog_t, vspeed, vgrade = _targets(val, config.failed_penalty)
+    label, vlabel = {"regressor": (log_t, vlog_t), "speed": (speed, vspeed)}.get(
+        kind, (grade, vgrade))
     group = part.groupby("problem", sort=False).size().to_numpy()
     vgroup = val.groupby("problem", sort=False).size().to_numpy()
     rank = kind == "ranker"
@@ -135,8 +150,8 @@ def _fit(kind: str, config: TrainConfig, names: tuple[str, ...], x: np.ndarray,
                             feature_name=list(names), free_raw_data=False)
     valid = lgb.Dataset(xv, vlabel, group=vgroup if rank else None, weight=weight(val),
                         reference=train_set)
-    return lgb.train(config.params(kind), train_set, num_boost_round=config.rounds,
-                     valid_sets=[valid],
+    return lgb.train(config.params("ranker" if rank else "regressor"), train_set,
+                     num_boost_round=config.rounds, valid_sets=[valid], init_model=init,
                      callbacks=[lgb.early_stopping(config.early_stopping, verbose=False)])
 
 
@@ -152,14 +167,14 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
     x = {s: pair_features(spec, data.catalogue, p) for s, p in parts.items()}
     fit = {s: usable(data.part(s), not config.learn_inapplicable) for s in ("train", "validation")}
     xf = {s: pair_features(spec, data.catalogue, p) for s, p in fit.items()}
-    fitted, scores = {}, {}
+    fitted, scores, costs = {}, {}, {}
     for kind in config.kinds:
         booster = _fit(kind, config, spec.names, xf["train"], fit["train"], xf["validation"],
                        fit["validation"])
         fitted[kind] = booster
-        scores[kind] = {s: efficiency(parts[s], cost_of(kind, booster.predict(
-            x[s], num_iteration=booster.best_iteration, raw_score=True))).record()
-            for s in parts}
+        costs[kind] = {s: cost_of(kind, booster.predict(
+            x[s], num_iteration=booster.best_iteration, raw_score=True)) for s in parts}
+        scores[kind] = {s: efficiency(parts[s], costs[kind][s]).record() for s in parts}
     chosen = max(config.kinds, key=lambda k: (scores[k]["validation"]["mean"],
                                               scores[k]["validation"]["p10"]))
     booster = fitted[chosen]
@@ -172,9 +187,18 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
                               for k, v in scores.items()},
                "trees": booster.best_iteration or booster.num_trees(),
                "training_rows": int(len(fit["train"])), "training_seconds": seconds,
-               "synthetic": bool(data.window.get("synthetic"))}
+               "synthetic": bool(data.window.get("synthetic")),
+               "per_problem": per_problem(data, parts["holdout"], costs[chosen]["holdout"])}
     return TrainedModel(spec, data.catalogue, chosen, text, metrics, dict(data.window),
                         asdict(config))
+
+
+def per_problem(data: Dataset, frame: pd.DataFrame, cost: np.ndarray) -> list[dict[str, str]]:
+    """The choice for each problem of `frame`: [{problem: problem key, kernel: instance}]."""
+    chosen = choices(frame, cost)
+    return [{"problem": ConvProblem(op=data.operator, dtype=data.dtype,
+                                    **{f: int(getattr(r, f)) for f in CONV_FIELDS}).key,
+             "kernel": r.kernel} for r in chosen.itertuples(index=False)]
 
 
 def summary(model: TrainedModel) -> str:

@@ -1,0 +1,63 @@
+"""Leave-networks-out evaluation: for each network of jobs/networks (or each group given), train
+with every problem of that network held out (whichever other network shares it) and score the
+model on them; the held-out choices of all folds are pooled into one efficiency table, so each
+network's shapes are judged by a model that never saw them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from farm.problems import CONV_FIELDS
+from farm.select.data import Dataset, SplitConfig, assign_splits, network_membership
+from farm.select.evaluate import efficiency
+from farm.select.train import TrainConfig, cost_of, pair_features, train, usable
+
+
+def resplit(data: Dataset, holdout: Sequence[str], split: SplitConfig = SplitConfig()
+            ) -> Dataset:
+    """The dataset with these networks held out (validation by the same hash as ever)."""
+    frame = data.frame
+    shapes = frame.drop_duplicates("problem").sort_values("problem")
+    shapes = list(shapes[list(CONV_FIELDS)].itertuples(index=False, name=None))
+    splits, described = assign_splits(shapes, dataclasses.replace(
+        split, holdout_networks=tuple(holdout)))
+    frame = frame.assign(split=np.array(splits, dtype=object)[frame["problem"].to_numpy()])
+    return dataclasses.replace(data, frame=frame, window={**data.window, "holdout": described})
+
+
+def networks_of(data: Dataset, split: SplitConfig = SplitConfig()) -> list[str]:
+    """The networks any problem of the dataset occurs in."""
+    members = network_membership(split.networks_dir)
+    shapes = data.frame[list(CONV_FIELDS)].drop_duplicates().itertuples(index=False, name=None)
+    return sorted(set().union(*(members.get(s, set()) for s in shapes)))
+
+
+def leave_networks_out(data: Dataset, config: TrainConfig = TrainConfig(),
+                       folds: Sequence[Sequence[str]] | None = None,
+                       split: SplitConfig = SplitConfig()) -> dict[str, Any]:
+    """Train once per fold (default: one network per fold) and pool the held-out choices.
+    Returns the pooled efficiency, each fold's, the kinds chosen and the held-out choices."""
+    folds = [tuple(f) for f in folds] if folds else [(n,) for n in networks_of(data, split)]
+    pooled, per_fold, seconds = [], {}, []
+    for i, fold in enumerate(folds):
+        part = resplit(data, fold, split)
+        model = train(part, config)
+        seconds.append(model.metrics["training_seconds"])
+        held = usable(part.part("holdout"))
+        booster = lgb.Booster(model_str=model.model_text)
+        cost = cost_of(model.kind, booster.predict(pair_features(model.spec, model.catalogue,
+                                                                 held), raw_score=True))
+        name = "+".join(fold)
+        per_fold[name] = {"kind": model.kind, "trees": model.metrics["trees"],
+                          **efficiency(held, cost).record()}
+        pooled.append(held.assign(cost=cost, fold=name, problem=held["problem"] + i * 10**6))
+    frame = pd.concat(pooled, ignore_index=True)
+    return {"folds": per_fold, "pooled": efficiency(frame, frame["cost"].to_numpy()).record(),
+            "distinct_shapes": int(frame.drop_duplicates(list(CONV_FIELDS)).shape[0]),
+            "training_seconds": seconds, "frame": frame}

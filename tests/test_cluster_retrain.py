@@ -1,0 +1,60 @@
+"""Retraining inside the coordinator (local Ray, SQLite, the replay device; replayed rows count
+as training data here only): a job's data makes a model due, a Ray CPU task trains it while
+the next job is measured, and the coordinator registers it; 20% more data makes the next one."""
+
+import datetime as dt
+
+import pytest
+
+from farm.cluster import Coordinator
+from farm.cluster.pairs import select_instances
+from farm.select.registry import retrain_due
+from farm.specs import resolve_spec
+from farm.store import open_store
+from farm.store.queries import ModelQueries
+from tests.cluster_support import MEDIUM, assert_complete_exactly_once, config, spec, submit
+from tests.data.synthetic_recording import build
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+TARGET = ("conv2d_fwd", "sm_90", "bf16")
+
+
+def _pairs(data, tmp_path):
+    resolved = resolve_spec(data, tmp_path / f"{data['name']}.yaml")
+    instances = select_instances(resolved.spec)
+    return [(p, i) for p in resolved.problems for i in instances]
+
+
+def _aware(when: dt.datetime) -> dt.datetime:
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+
+
+def test_a_model_is_trained_and_registered_while_the_next_job_runs(sqlite_url, tmp_path):
+    store = open_store(sqlite_url)
+    first, second = spec("first", MEDIUM), spec("second", {**MEDIUM, "H": [12, 20]})
+    rec = str(build(_pairs(first, tmp_path) + _pairs(second, tmp_path), tmp_path / "r.parquet"))
+    jobs = [submit(store, first, tmp_path), submit(store, second, tmp_path)]
+    coordinator = Coordinator(store, config(rec, replay_pace_s=0.25, retrain_check_s=0.2,
+                                            retrain_include_replay=True))
+    outcomes = coordinator.run(until_idle=True)
+
+    assert [(o.job_id, o.status) for o in outcomes] == [(jobs[0], "done"), (jobs[1], "done")]
+    for job_id in jobs:
+        assert_complete_exactly_once(store, job_id)
+    models = sorted(ModelQueries(store).models(*TARGET), key=lambda m: m.version)
+    assert [m.version for m in models] == [1, 2]
+    pairs = store.job(jobs[0]).total_pairs
+    second_job = store.job(jobs[1])
+    # the first model: trained after the first job (the second job was measuring meanwhile:
+    # a few of its rows may be in the data) and registered before the second job finished
+    assert pairs <= models[0].data_window["measurements"] < pairs + second_job.total_pairs
+    assert _aware(models[0].created_at) < _aware(second_job.finished_at)
+    assert outcomes[1].measured == second_job.total_pairs  # the job went on, every pair
+    # the second job doubled the data: a second model, compared on the held-out problems
+    assert models[1].data_window["measurements"] == pairs + second_job.total_pairs
+    done = coordinator.retrainer.registered
+    assert done[0].promoted and done[0].reason == "first model of its operator/arch/dtype"
+    assert "holdout mean efficiency" in done[1].reason
+    assert not retrain_due(store, *TARGET, include_replay=True).due
+    assert retrain_due(store, *TARGET, include_replay=True, period_s=0.0).due is False  # no new
+    assert not coordinator.retrainer.running
