@@ -542,3 +542,53 @@ def test_emulator_catches_a_wrong_layout():
 
 
 __all__ = ["DirectConv", "Emulator", "reference"]
+
+
+def _choose_cub_loop(family: DirectConv, instance, p: ConvProblem) -> int | None:
+    """The channel-units choice written as a plain loop over cub (the specification)."""
+    cfg = instance.settings
+    block, units = cfg["block"], family._units(instance, p)
+    unit = cfg["kpt"] if cfg["grouped"] else cfg["vec"]
+    run_unit = cfg["vec"] if instance.operator == "conv2d_bwd_weight" else unit
+    lanes = cfg.get("smem") or 1
+    best, best_score = None, -1.0
+    for cub in range(1, min(units, block // lanes) + 1):
+        if family._shared_bytes(instance, p, cub) > 48 * 1024:
+            continue
+        used = (block // cub) // lanes * lanes * cub
+        score = (used / block) * (units / (-(-units // cub) * cub))
+        if cub < units:
+            score *= min(1.0, cub * run_unit * (4 if p.dtype == "fp32" else 2) / 128)
+        if cfg.get("smem"):
+            shape = family._corr_shape(instance.operator, p)
+            ow = min((block // cub) // lanes * cfg["tile_w"], shape["Wo"])
+            ih = (lanes - 1) * shape["sh"] + (p.R - 1) * p.dil_h + 1
+            iw = (ow - 1) * shape["sw"] + (p.S - 1) * p.dil_w + 1
+            score /= (ih * iw) / (lanes * ow)
+        if score >= best_score - 1e-9:
+            best, best_score = cub, max(score, best_score)
+    return best
+
+
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight"])
+def test_vectorised_channel_units_choice_equals_the_loop(op):
+    rng = np.random.default_rng(5)
+    checked = 0
+    for _ in range(60):
+        g = int(rng.choice([1, 2, 8, 32]))
+        cg, kg = (1, 1) if rng.random() < 0.5 else (int(rng.choice([2, 4, 8, 16])),) * 2
+        r = int(rng.choice([1, 3, 5, 7]))
+        hw = int(rng.choice([7, 14, 28, 56, 112]))
+        c = g * cg * (int(rng.choice([8, 24, 120])) if cg == 1 else 1)
+        groups = c // cg
+        p = ConvProblem(op=op, dtype=str(rng.choice(["bf16", "fp16", "fp32"])), N=8, C=c,
+                        K=groups * kg, G=groups, H=hw, W=hw, R=r, S=r, pad_h=r // 2,
+                        pad_w=r // 2, stride_h=int(rng.choice([1, 2])),
+                        stride_w=1)
+        for instance in FAMILY.instances(op, p.dtype):
+            if instance.settings["grouped"] != (cg > 1):
+                continue
+            assert FAMILY._choose_cub(instance, p) == _choose_cub_loop(FAMILY, instance, p), (
+                instance.name, p.label())
+            checked += 1
+    assert checked > 500

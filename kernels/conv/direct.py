@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from farm.problems import DTYPE_BYTES, ConvProblem
 from kernels.conv.operator import OPERATORS, conv_params
 from kernels.family import Instance, KernelFamily, Launch
@@ -100,13 +102,6 @@ class Plan:
     shared_bytes: int
     splits: int = 0     # backward-weight: partial sums in the workspace
     total: int = 0      # backward-weight: elements of dw
-
-
-def _thread_share(cub: int, block: int, lanes_per_unit: int, units: int) -> float:
-    """Fraction of the block's threads and of the channel slices that do useful work."""
-    used = (block // cub) // lanes_per_unit * lanes_per_unit * cub
-    slices = -(-units // cub)
-    return (used / block) * (units / (slices * cub))
 
 
 class DirectConv(KernelFamily):
@@ -206,29 +201,32 @@ class DirectConv(KernelFamily):
         """Channel units per block. Consecutive threads take consecutive units of one pixel, so
         a warp reads one contiguous run when the block holds all units of a pixel, else runs of
         cub units: score the useful share of threads times that coalescing, shared memory
-        permitting (for shared-memory tiles also the halo). Ties go to the larger cub."""
+        permitting (for shared-memory tiles also the halo). Ties go to the larger cub (within
+        1e-9 of the best score so far). Every cub is scored at once (numpy): a selector asks
+        this for each shape it is given."""
         cfg = instance.settings
         block, units = cfg["block"], self._units(instance, p)
         unit = cfg["kpt"] if cfg["grouped"] else cfg["vec"]
         run_unit = cfg["vec"] if instance.operator == "conv2d_bwd_weight" else unit
         lanes = cfg.get("smem") or 1
-        best, best_score = None, -1.0
-        for cub in range(1, min(units, block // lanes) + 1):
-            if self._shared_bytes(instance, p, cub) > SHARED_LIMIT:
-                continue
-            score = _thread_share(cub, block, lanes, units)
-            if cub < units:
-                score *= min(1.0, cub * run_unit * DTYPE_BYTES[p.dtype] / 128)
-            if cfg.get("smem"):
-                shape = self._corr_shape(instance.operator, p)
-                twb = (block // cub) // lanes
-                ow = min(twb * cfg["tile_w"], shape["Wo"])
-                ih = (lanes - 1) * shape["sh"] + (p.R - 1) * p.dil_h + 1
-                iw = (ow - 1) * shape["sw"] + (p.S - 1) * p.dil_w + 1
-                score /= (ih * iw) / (lanes * ow)  # staged input vectors per output
-            if score >= best_score - 1e-9:
-                best, best_score = cub, max(score, best_score)
-        return best
+        cub = np.arange(1, min(units, block // lanes) + 1, dtype=np.int64)
+        fits = np.broadcast_to(self._shared_bytes(instance, p, cub) <= SHARED_LIMIT, cub.shape)
+        if not fits.any():
+            return None
+        used = (block // cub) // lanes * lanes * cub
+        score = (used / block) * (units / (-(-units // cub) * cub))  # useful threads x slices
+        score = np.where(cub < units,
+                         score * np.minimum(1.0, cub * run_unit * DTYPE_BYTES[p.dtype] / 128),
+                         score)
+        if cfg.get("smem"):
+            shape = self._corr_shape(instance.operator, p)
+            ow = np.minimum((block // cub) // lanes * cfg["tile_w"], shape["Wo"])
+            ih = (lanes - 1) * shape["sh"] + (p.R - 1) * p.dil_h + 1
+            iw = (ow - 1) * shape["sw"] + (p.S - 1) * p.dil_w + 1
+            score = score / ((ih * iw) / (lanes * ow))  # staged input vectors per output
+        score = np.where(fits, score, -np.inf)
+        chosen = np.flatnonzero(fits & (score >= np.maximum.accumulate(score) - 1e-9))
+        return int(cub[chosen[-1]])
 
     @staticmethod
     def blocks_per_sm(instance: Instance) -> int:
