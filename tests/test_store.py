@@ -84,3 +84,15 @@ def test_timing_filters(db_url):
     assert len(store.timings(TimingFilter(device="mi300"))) == 0
     assert len(store.timings(TimingFilter(dtype="fp16"))) == 0
     assert len(store.timings(TimingFilter(job_id=job, limit=1))) == 1
+
+
+def test_an_environment_keeps_long_version_strings(db_url):
+    store = open_store(db_url, migrate=True)
+    compiler = ("nvrtc 13.0 (nvidia-cuda-nvrtc 13.0.88, headers nvidia-cuda-runtime 13.0.96)"
+                " and a few more words")
+    env = store.environment_id("f" * 32, gpu_name="NVIDIA H100 80GB HBM3", arch="sm_90",
+                               sm_count=132, driver="580.159.04", compiler=compiler,
+                               runtime="cuda-bindings 13.3.1 on CUDA driver API 13.0",
+                               farm_version="0.1.0+g1234567.d20261123", replay_of=None,
+                               details={})
+    assert store.environment("f" * 32)["compiler"] == compiler and env > 0
