@@ -211,16 +211,19 @@ class Views:
         """The ok timings of these instances (by name or kernel key), each with its rank among
         the non-vendor instances of its (problem, environment)."""
         part = (M.problem_id, M.environment_id)
-        ranked = (select(M.problem_id, M.environment_id, Problem.key.label("problem_key"),
-                         Kernel.name.label("kernel"), Kernel.key.label("kernel_key"),
-                         M.median_us,
+        ranked = (select(M.problem_id, M.environment_id, M.kernel_id, M.median_us,
                          func.rank().over(partition_by=part, order_by=M.median_us).label("rank"))
-                  .join(Kernel, M.kernel_id == Kernel.id)
-                  .join(Problem, M.problem_id == Problem.id)
-                  .where(*_scope(operator, dtype, arch), Kernel.family != VENDOR)
-                  .subquery("ranked"))
-        return self._frame(select(ranked).where(or_(ranked.c.kernel.in_(kernels),
-                                                    ranked.c.kernel_key.in_(kernels))))
+                  .where(*_scope(operator, dtype, arch),
+                         M.kernel_id.not_in(select(Kernel.id).where(Kernel.family == VENDOR)))
+                  .subquery("ranked"))  # ids only: names are joined to the wanted rows alone
+        wanted = select(Kernel.id).where(or_(Kernel.name.in_(kernels), Kernel.key.in_(kernels)))
+        return self._frame(select(ranked.c.problem_id, ranked.c.environment_id,
+                                  Problem.key.label("problem_key"), Kernel.name.label("kernel"),
+                                  Kernel.key.label("kernel_key"), ranked.c.median_us,
+                                  ranked.c.rank)
+                           .join(Kernel, ranked.c.kernel_id == Kernel.id)
+                           .join(Problem, ranked.c.problem_id == Problem.id)
+                           .where(ranked.c.kernel_id.in_(wanted)))
 
     # Models --------------------------------------------------------------------------------
     def models(self) -> pd.DataFrame:
