@@ -81,9 +81,11 @@ def summarize_job(store: Queries, outcome: JobOutcome, environment_ids: list[int
     if len(ours):
         best = ours.loc[ours.groupby("problem_key", sort=False)["median_us"].idxmin()]
         vendor = ok[ok["family"] == "vendor"].set_index("problem_key")["median_us"]
+        gain = vendor.reindex(best["problem_key"]).to_numpy() / best["median_us"].to_numpy()
+        best = best.assign(gain=gain).sort_values("gain", ascending=False, na_position="last")
         table = Table("shape", "best instance", "median us", "TFLOP/s", "vendor us",
-                      "speed-up", title=f"best instance per shape (first {min(rows, len(best))}"
-                                        f" of {len(best)})")
+                      "speed-up", title=f"best instance per shape ({min(rows, len(best))} of "
+                                        f"{len(best)}, largest speed-up over the vendor first)")
         for record in best.head(rows).to_dict("records"):
             shape = ConvProblem(op=job.operator, dtype=job.dtype,
                                 **{f: int(record[f]) for f in CONV_FIELDS}).label()
@@ -96,7 +98,7 @@ def summarize_job(store: Queries, outcome: JobOutcome, environment_ids: list[int
         wins = best["family"].value_counts()
         console.print("shapes won per family: " + ", ".join(f"{f} {n}" for f, n in
                                                            wins.items()))
-        speedup = vendor.reindex(best["problem_key"]).to_numpy() / best["median_us"].to_numpy()
+        speedup = best["gain"].to_numpy()
         speedup = speedup[speedup == speedup]
         if len(speedup):
             console.print(f"against the vendor: faster on {int((speedup > 1).sum())} of "
