@@ -315,15 +315,16 @@ class _LaunchQueue:
         self.memset_flush = policy.flush_l2 and len(runnables) == 1
         self.queued = 0
         self.host_us = HOST_LAUNCH_US  # the host's time to queue one timed launch (measured)
-        self.gpu_us: float | None = None  # the GPU's time for one (the median so far)
 
-    def to(self, stop: int) -> None:
-        stop = min(stop, self.limit)
+    def past(self, checkpoint: int, gpu_us: float | None) -> None:
+        """Queue launches up to `checkpoint` and about LOOKAHEAD_US of GPU work beyond it;
+        `gpu_us`: the GPU's time for one launch so far (None: not known yet)."""
+        stop = min(checkpoint + _lookahead(gpu_us), self.limit)
         if stop <= self.queued:
             return
         count = stop - self.queued
         held = (self.bench.support.hold()
-                if self.gpu_us is None or self.host_us > HOLD_BELOW * self.gpu_us else None)
+                if gpu_us is None or self.host_us > HOLD_BELOW * gpu_us else None)
         device, begin_at = self.bench.device, time.perf_counter()
         for index in range(self.queued, stop):
             begin, end = self.events[index]
@@ -361,12 +362,13 @@ def _time(bench: ProblemBench, runnables: list[Runnable], policy: TimingPolicy,
         launches.host_us = 1e6 * (time.perf_counter() - begin_at) / policy.warmup
     if policy.flush_l2 and not launches.memset_flush:
         device.flush_l2(policy.flush_factor)  # once: the verified and warm-up launches' tensors
+    warm_us = None
     if policy.warmup:  # the warm-up's time decides the hold and the look-ahead
         wait(device, policy.timeout_s, warm_end)
-        launches.gpu_us = 1000.0 * device.event_elapsed_ms(warm_begin, warm_end) / policy.warmup
+        warm_us = 1000.0 * device.event_elapsed_ms(warm_begin, warm_end) / policy.warmup
     early = bool(best_us and policy.far_slower_than and policy.early_look < policy.min_repeats)
     checkpoint = policy.early_look if early else policy.min_repeats
-    launches.to(checkpoint + _lookahead(launches.gpu_us))
+    launches.past(checkpoint, warm_us)
     _mark(trace, "warmed")
     times: list[float] = []
     start = time.perf_counter()
@@ -380,24 +382,20 @@ def _time(bench: ProblemBench, runnables: list[Runnable], policy: TimingPolicy,
         spent_ms = 1000.0 * (time.perf_counter() - start)
         if len(times) < policy.min_repeats:  # the early check: only a far slower one stops
             stop = "slower" if stats["median_us"] > policy.far_slower_than * best_us else None
-            checkpoint = policy.min_repeats
-            if stop:
-                break
-            launches.gpu_us = stats["median_us"]
-            launches.to(checkpoint + _lookahead(stats["median_us"]))
-            continue
-        stop = ("max_repeats" if len(times) >= limit else
-                "confident" if median_ci(times) <= policy.target_ci else
-                "budget" if spent_ms >= policy.budget_ms else
-                "slower" if (best_us and policy.stop_slower_than
-                             and stats["median_us"] > policy.stop_slower_than * best_us) else None)
+            following = policy.min_repeats
+        else:
+            stop = ("max_repeats" if len(times) >= limit else
+                    "confident" if median_ci(times) <= policy.target_ci else
+                    "budget" if spent_ms >= policy.budget_ms else
+                    "slower" if (best_us and policy.stop_slower_than and
+                                 stats["median_us"] > policy.stop_slower_than * best_us) else None)
+            per_launch_ms = max(spent_ms / len(times), stats["median_us"] / 1000.0, 1e-3)
+            room = int((policy.budget_ms - spent_ms) / per_launch_ms)
+            following = len(times) + max(1, min(len(times), room, limit - len(times)))
         if stop:
             break
-        launches.gpu_us = stats["median_us"]
-        per_launch_ms = max(spent_ms / len(times), stats["median_us"] / 1000.0, 1e-3)
-        room = int((policy.budget_ms - spent_ms) / per_launch_ms)
-        checkpoint = len(times) + max(1, min(len(times), room, limit - len(times)))
-        launches.to(checkpoint + _lookahead(stats["median_us"]))
+        checkpoint = following
+        launches.past(checkpoint, stats["median_us"])
     for begin, end in events[len(times):launches.queued]:  # the look-ahead: samples too
         wait(device, policy.timeout_s, end)
         times.append(1000.0 * device.event_elapsed_ms(begin, end))

@@ -34,7 +34,7 @@ from farm.cluster.config import CoordinatorConfig, NoWorkers, QuietReporter, Rep
 from farm.cluster.jobrun import JobRun
 from farm.cluster.pairs import plan_job
 from farm.cluster.pool import ActorPool
-from farm.cluster.retrain import Retrainer
+from farm.cluster.retrain import Retrainer, task_url
 from farm.recording import find_recording, recording_meta
 from farm.store import JobStopped, Queries
 from farm.store.models import utcnow
@@ -128,8 +128,8 @@ class Coordinator:
     def code_db(self) -> str | None:
         """The database the cluster shares code objects through: the store, unless it is the
         embedded SQLite file (one machine: the folder cache is enough)."""
-        url = self.store.engine.url
-        return None if url.get_backend_name() == "sqlite" else url.render_as_string(False)
+        sqlite = self.store.engine.url.get_backend_name() == "sqlite"
+        return None if sqlite else task_url(self.store)
 
     def start(self) -> None:
         connect_ray(self.config.ray_address)

@@ -164,10 +164,8 @@ class Device(ABC):
 
     @abstractmethod
     def host_mapped(self, nbytes: int) -> tuple[int, int]:
-        """Page-locked host memory the GPU reads directly: (host address, device pointer)."""
-
-    @abstractmethod
-    def free_host(self, address: int) -> None: ...
+        """Page-locked host memory the GPU reads directly, kept for the life of the process:
+        (host address, device pointer)."""
 
     @abstractmethod
     def copy_to_device(self, ptr: int, host: np.ndarray) -> None: ...

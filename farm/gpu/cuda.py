@@ -248,9 +248,6 @@ class CudaDevice(Device):
         return address, int(_check(driver.cuMemHostGetDevicePointer(address, 0),
                                    "cuMemHostGetDevicePointer"))
 
-    def free_host(self, address: int) -> None:
-        _check(driver.cuMemFreeHost(address), "cuMemFreeHost")
-
     def copy_to_device(self, ptr: int, host: np.ndarray) -> None:
         host = np.ascontiguousarray(host)
         _check(driver.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")

@@ -251,9 +251,6 @@ class HipDevice(Device):
         return address, int(_check(hip.hipHostGetDevicePointer(address, 0),
                                    "hipHostGetDevicePointer"))
 
-    def free_host(self, address: int) -> None:
-        _check(hip.hipHostFree(address), "hipHostFree")
-
     def copy_to_device(self, ptr: int, host: np.ndarray) -> None:
         host = np.ascontiguousarray(host)
         _check(hip.hipMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "hipMemcpyHtoD")
