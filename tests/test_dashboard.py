@@ -220,14 +220,15 @@ def test_views_on_both_databases_and_never_write(db_url):
     seed(db_url)
     assert database_state(db_url).status == "ready"
     views = open_views(db_url)
-    shapes = views.per_shape("conv2d_fwd", "bf16", "sm_90")
+    scope = views.scope("conv2d_fwd", "bf16", "sm_90")
+    shapes = scope.per_shape()
     assert shapes[["best_kernel", "oracle_us", "vendor_us", "instances"]].values.tolist() == [
         ["kernel_a", 10.0, 12.5, 3], ["kernel_b", 15.0, 10.0, 2], ["kernel_c", 4.0, 8.0, 3]]
     assert list(shapes["problem_key"]) == [p.key for p in PROBLEMS]
-    stats = views.instance_stats("conv2d_fwd", "bf16", "sm_90").set_index("kernel")
+    stats = scope.instance_stats().set_index("kernel")
     assert stats.loc["kernel_a", "efficiency_sum"] == pytest.approx(2.0)
     assert stats["wins"].to_dict() == {"kernel_a": 1, "kernel_b": 1, "kernel_c": 1}
-    ranked = views.timings_of("conv2d_fwd", "bf16", "sm_90", ("kernel_a", "key-c"))
+    ranked = scope.timings_of(("kernel_a", "key-c"))
     assert sorted(ranked[["kernel", "rank"]].itertuples(index=False, name=None)) == [
         ("kernel_a", 1), ("kernel_a", 2), ("kernel_a", 2), ("kernel_c", 1), ("kernel_c", 3)]
     now = pd.Timestamp.now(tz="UTC")
@@ -270,3 +271,27 @@ def test_a_queued_job_and_nothing_measured(screen, says, sqlite_url, monkeypatch
         assert dict(metrics(at))["Queued jobs"] == "1"
         assert at.dataframe[0].value["name"].tolist() == ["first"]
         assert "No measurements in the last hour." in [c.value for c in at.caption]
+
+
+def test_scope_ranks_ties_and_leaves_the_vendor_out():
+    from farm.store.scope import ScopeTimings
+
+    timings = pd.DataFrame({"problem_id": [1, 1, 1, 1, 2], "environment_id": [7] * 5,
+                            "kernel_id": [10, 11, 12, 13, 10],
+                            "median_us": [5.0, 5.0, 9.0, 2.0, 3.0]})
+    kernels = pd.DataFrame({"id": [10, 11, 12, 13], "name": ["b", "a", "c", "cudnn"],
+                            "key": ["kb", "ka", "kc", "kv"],
+                            "family": ["igemm", "igemm", "direct", "vendor"]})
+    problems = pd.DataFrame({"problem_id": [1, 2], "problem_key": ["p1", "p2"]})
+    environments = pd.DataFrame({"environment_id": [7], "gpu_name": ["gpu"], "replay_of": [None]})
+    scope = ScopeTimings(timings, kernels, problems, environments)
+    shapes = scope.per_shape()
+    assert shapes[["problem_key", "best_kernel", "oracle_us", "instances"]].values.tolist() == [
+        ["p1", "a", 5.0, 3], ["p2", "b", 3.0, 1]]
+    assert shapes["vendor_us"].tolist()[0] == 2.0 and pd.isna(shapes["vendor_us"].tolist()[1])
+    stats = scope.instance_stats().set_index("kernel")
+    assert stats["wins"].to_dict() == {"a": 1, "b": 2, "c": 0}
+    assert stats.loc["c", "efficiency_sum"] == pytest.approx(5 / 9)
+    ranked = scope.timings_of(("c", "kb"))
+    assert sorted(ranked[["problem_key", "kernel", "rank"]].itertuples(index=False, name=None)) \
+        == [("p1", "b", 1), ("p1", "c", 3), ("p2", "b", 1)]

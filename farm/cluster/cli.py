@@ -85,8 +85,9 @@ def run(until_idle: Annotated[bool, typer.Option(
         err.print("interrupted: the job in progress went back to the queue")
         raise typer.Exit(130) from None
     for o in outcomes:
-        out.print(f"job {o.job_id} {o.name}: {o.status}, {o.done} ok, {o.failed} failed, "
-                  f"{o.cached} cached of {o.total}; {o.measured} measured in {o.seconds:.1f} s"
+        out.print(f"job {o.job_id} {o.name}: {o.status}, {o.done} ok or unsupported, "
+                  f"{o.failed} failed, {o.cached} cached of {o.total}; {o.measured} measured in "
+                  f"{o.seconds:.1f} s"
                   + (f" ({o.error})" if o.error else ""), highlight=False)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)

@@ -1,10 +1,7 @@
-"""Read-only queries for the dashboard. Aggregation happens in SQL; results come back as
-DataFrames and frozen dataclasses. Open them with farm.store.readonly.open_views, whose engine
-cannot write.
-
-Efficiency vs oracle is computed per (problem, environment) over the `ok` rows of non-vendor
-kernels: oracle time = the fastest of them; efficiency = oracle time / time of an instance;
-rank = 1 + the number of strictly faster instances.
+"""Read-only queries for the dashboard. Counts and filters run in SQL; the results pages read
+one scope's ok timings in one scan and rank them in memory (farm.store.scope). Results come
+back as DataFrames and frozen dataclasses. Open them with farm.store.readonly.open_views, whose
+engine cannot write.
 """
 
 from __future__ import annotations
@@ -13,14 +10,15 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, case, func, or_, select
+from sqlalchemy import Engine, case, func, select
 
 from farm.problems import CONV_FIELDS
 from farm.store.models import (FAILED_STATES, Artifact, Environment, Job, JobProblem, Kernel,
                                Measurement, Model, Problem, Worker)
+from farm.store.scope import VENDOR, ScopeTimings
 
-VENDOR = "vendor"  # the family of the vendor-library baseline rows
 SHAPE_COLUMNS = {f: f.lower() if len(f) == 1 else f for f in CONV_FIELDS}
 _SHAPE = [getattr(Problem, c).label(f) for f, c in SHAPE_COLUMNS.items()]
 M = Measurement
@@ -83,6 +81,15 @@ class Views:
     def _frame(self, query) -> pd.DataFrame:
         with self.engine.connect() as conn:
             return pd.read_sql(query, conn)
+
+    def _columns(self, query, dtypes: dict[str, str]) -> pd.DataFrame:
+        """A large result of plain numbers, read from the driver's cursor without building a
+        row object per row (several times faster than read_sql on 100k+ rows)."""
+        with self.engine.connect() as conn:
+            result = conn.execute(query)
+            rows = result.cursor.fetchall()
+        return pd.DataFrame(np.array(rows, dtype=np.float64).reshape(-1, len(dtypes)),
+                            columns=list(dtypes)).astype(dtypes)
 
     def _rows(self, query) -> list[tuple]:
         with self.engine.connect() as conn:
@@ -160,70 +167,23 @@ class Views:
         return self._frame(query.order_by(Kernel.family, Kernel.name))
 
     # Results per shape ---------------------------------------------------------------------
-    def _best(self, operator: str, dtype: str, arch: str, vendor: bool = False):
-        """Per (problem, environment): the fastest ok time and how many instances have one,
-        over the non-vendor families (or over the vendor's rows)."""
-        family = Kernel.family == VENDOR if vendor else Kernel.family != VENDOR
-        return (select(M.problem_id, M.environment_id,
-                       func.min(M.median_us).label("vendor_us" if vendor else "oracle_us"),
-                       func.count().label("instances"))
-                .join(Kernel, M.kernel_id == Kernel.id)
-                .where(*_scope(operator, dtype, arch), family)
-                .group_by(M.problem_id, M.environment_id).subquery("vendor" if vendor else "best"))
-
-    def per_shape(self, operator: str, dtype: str, arch: str) -> pd.DataFrame:
-        """Per (problem, environment): the fastest instance (the oracle), how many instances
-        ran, the vendor's time where measured, the shape and the environment."""
-        best, vendor = self._best(operator, dtype, arch), self._best(operator, dtype, arch, True)
-        query = (select(best.c.problem_id, best.c.environment_id, Problem.key.label("problem_key"),
-                        Kernel.name.label("best_kernel"), Kernel.family.label("best_family"),
-                        best.c.oracle_us, best.c.instances, vendor.c.vendor_us, *_SHAPE,
-                        Problem.flops, Problem.min_bytes, Environment.gpu_name,
-                        Environment.replay_of)
-                 .join(M, (M.problem_id == best.c.problem_id)
-                       & (M.environment_id == best.c.environment_id)
-                       & (M.median_us == best.c.oracle_us))
-                 .join(Kernel, M.kernel_id == Kernel.id)
-                 .join(Problem, Problem.id == best.c.problem_id)
-                 .join(Environment, Environment.id == best.c.environment_id)
-                 .outerjoin(vendor, (vendor.c.problem_id == best.c.problem_id)
-                            & (vendor.c.environment_id == best.c.environment_id))
-                 .where(_ok(), Kernel.family != VENDOR))
-        frame = self._frame(query).sort_values(["problem_id", "environment_id", "best_kernel"])
-        return frame.drop_duplicates(["problem_id", "environment_id"], ignore_index=True)
-
-    def instance_stats(self, operator: str, dtype: str, arch: str) -> pd.DataFrame:
-        """Per instance: shapes it ran on, summed efficiency over them, and wins (fastest)."""
-        best = self._best(operator, dtype, arch)
-        return self._frame(
-            select(Kernel.name.label("kernel"), Kernel.family, func.count().label("shapes"),
-                   func.sum(best.c.oracle_us / M.median_us).label("efficiency_sum"),
-                   func.sum(case((M.median_us <= best.c.oracle_us, 1), else_=0)).label("wins"))
-            .select_from(best)
-            .join(M, (M.problem_id == best.c.problem_id)
-                  & (M.environment_id == best.c.environment_id))
-            .join(Kernel, M.kernel_id == Kernel.id)
-            .where(_ok(), Kernel.family != VENDOR)
-            .group_by(Kernel.name, Kernel.family))
-
-    def timings_of(self, operator: str, dtype: str, arch: str,
-                   kernels: tuple[str, ...]) -> pd.DataFrame:
-        """The ok timings of these instances (by name or kernel key), each with its rank among
-        the non-vendor instances of its (problem, environment)."""
-        part = (M.problem_id, M.environment_id)
-        ranked = (select(M.problem_id, M.environment_id, M.kernel_id, M.median_us,
-                         func.rank().over(partition_by=part, order_by=M.median_us).label("rank"))
-                  .where(*_scope(operator, dtype, arch),
-                         M.kernel_id.not_in(select(Kernel.id).where(Kernel.family == VENDOR)))
-                  .subquery("ranked"))  # ids only: names are joined to the wanted rows alone
-        wanted = select(Kernel.id).where(or_(Kernel.name.in_(kernels), Kernel.key.in_(kernels)))
-        return self._frame(select(ranked.c.problem_id, ranked.c.environment_id,
-                                  Problem.key.label("problem_key"), Kernel.name.label("kernel"),
-                                  Kernel.key.label("kernel_key"), ranked.c.median_us,
-                                  ranked.c.rank)
-                           .join(Kernel, ranked.c.kernel_id == Kernel.id)
-                           .join(Problem, ranked.c.problem_id == Problem.id)
-                           .where(ranked.c.kernel_id.in_(wanted)))
+    def scope(self, operator: str, dtype: str, arch: str) -> ScopeTimings:
+        """The ok timings of one operator and dtype on one architecture, with the kernels,
+        problems and environments they name (see farm.store.scope for what is derived)."""
+        timings = self._columns(select(M.problem_id, M.environment_id, M.kernel_id, M.median_us)
+                                .where(*_scope(operator, dtype, arch)),
+                                {"problem_id": "int64", "environment_id": "int64",
+                                 "kernel_id": "int64", "median_us": "float64"})
+        kernels = self._frame(select(Kernel.id, Kernel.name, Kernel.key, Kernel.family)
+                              .where(Kernel.operator == operator))
+        problems = self._frame(select(Problem.id.label("problem_id"),
+                                      Problem.key.label("problem_key"), *_SHAPE, Problem.flops,
+                                      Problem.min_bytes)
+                               .where(Problem.operator == operator, Problem.dtype == dtype))
+        environments = self._frame(select(Environment.id.label("environment_id"),
+                                          Environment.gpu_name, Environment.replay_of)
+                                   .where(Environment.arch == arch))
+        return ScopeTimings(timings, kernels, problems, environments)
 
     # Models --------------------------------------------------------------------------------
     def models(self) -> pd.DataFrame:
@@ -284,4 +244,4 @@ def _scope(operator: str, dtype: str, arch: str) -> tuple[Any, ...]:
             M.environment_id.in_(select(Environment.id).where(Environment.arch == arch)))
 
 
-__all__ = ["VENDOR", "Choices", "TimingSelection", "Totals", "Views"]
+__all__ = ["VENDOR", "Choices", "ScopeTimings", "TimingSelection", "Totals", "Views"]
