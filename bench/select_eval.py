@@ -1,8 +1,9 @@
 """Selection models: efficiency vs the measured oracle, selection latency, training time.
 
-For each operator (--ops) of one arch/dtype of a database, or of a recording (--recording FILE:
-its rows are loaded into a scratch SQLite database under the recorded GPU's environment, as
-`farm import-recording` does):
+For each operator (--ops) of one arch/dtype of a database, or of recordings (--recording FILE
+[FILE...]: their rows are loaded into a scratch SQLite database under the recorded GPU's
+environment, as `farm import-recording` does; the standard sweep's networks are the held-out
+folds, the training sweep's generated shapes only ever train):
   * leave-one-network-out (--folds networks, the default): one model per network of
     jobs/networks with every shape of that network held out; the held-out choices of all folds
     pooled into one efficiency table (mean, median, P10, min, top-1, top-5, top-k efficiency),
@@ -19,6 +20,7 @@ A model trained on SYNTHETIC data (environment named "SYNTHETIC ...", or --seed-
 labelled so in the output: its efficiencies are not measured results.
 
 Usage: python -m bench.select_eval --recording jobs/recordings/h100-standard.parquet
+           jobs/recordings/h100-synthetic.parquet
            [--ops conv2d_fwd conv2d_bwd_data conv2d_bwd_weight] [--timing-rows 100000]
        python -m bench.select_eval --db URL [--ops conv2d_fwd] [--arch sm_90] [--dtype bf16]
            [--rows 100000] [--shapes 1000] [--folds networks|default] [--seed-synthetic N]
@@ -174,8 +176,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--db")
-    source.add_argument("--recording", type=Path,
-                        help="load this recording into a scratch database and evaluate on it")
+    source.add_argument("--recording", type=Path, nargs="+",
+                        help="load these recordings (of one GPU) into a scratch database and "
+                             "evaluate on them")
     parser.add_argument("--ops", "--op", nargs="+", default=["conv2d_fwd"])
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--dtype", default="bf16")
@@ -194,11 +197,16 @@ def main() -> None:
         if args.recording:
             from farm.recording import import_recording, recording_meta
 
-            meta = recording_meta(args.recording)
-            import_recording(store, args.recording)
-            figures["recording"] = {"file": args.recording.name, "note": meta.get("note"),
-                                    "recorded_at": meta.get("recorded_at"),
-                                    "environment": meta["environment"]}
+            metas = [recording_meta(path) for path in args.recording]
+            if len({m["environment"]["fingerprint"] for m in metas}) > 1:
+                parser.error("the recordings come from different environments")
+            for path in args.recording:
+                import_recording(store, path)
+            figures["recording"] = {
+                "files": [{"file": p.name, "note": m.get("note"), "rows": m.get("rows"),
+                           "recorded_at": m.get("recorded_at")}
+                          for p, m in zip(args.recording, metas)],
+                "environment": metas[0]["environment"]}
         if args.seed_synthetic:
             from farm.select.synthetic import seed_synthetic, synthetic_problems
             for op in args.ops:

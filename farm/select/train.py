@@ -41,7 +41,7 @@ class TrainConfig:
     learning_rate: float = 0.2
     hybrid_rounds: int = 40  # the hybrid's first stage (relative log speed) at most
     num_leaves: int = 31
-    min_data_in_leaf: int = 10
+    min_data_in_leaf: int = 20
     feature_fraction: float = 0.9
     early_stopping: int = 30
     failed_penalty: float = 4.0
