@@ -3,12 +3,13 @@ that answer at once (no GPU time), so every second is the farm's own cost per ro
 
 For each database (SQLite; PostgreSQL with --pg-url, or a private server started from this
 machine's PostgreSQL binaries) and each number of replay actors: a fresh database, the three
-jobs of the standard sweep from the newest recording, the compile cache warm. Prints rows per
-second (all the rows written, unsupported pairs settled by the coordinator included, and the
+jobs of the standard sweep replayed from its recording (--recording), the compile cache warm.
+Prints rows per second (all the rows written, unsupported pairs settled by the coordinator included, and the
 replayed ok rows alone), the coordinator process's CPU time per row, and the number of GPUs at
 which a real sweep would saturate it (its ok rows per second over one GPU's verified rows per
 second in bench/results/farm_throughput.json).
 Usage: python -m bench.coordinator_ceiling [--actors 1,2,4] [--pg-url URL] [--out DIR]
+           [--recording jobs/recordings/h100-standard.parquet]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from bench.common import RESULTS, write_result
 from farm import api
 from farm.cluster import Coordinator, CoordinatorConfig
 from farm.cluster.demo import STANDARD_SWEEP
-from farm.recording import find_recording
+from farm.recording import RECORDINGS_DIR
 from farm.store import TimingFilter, open_store
 
 
@@ -66,10 +67,12 @@ def main() -> None:
     parser.add_argument("--actors", default="1,2,4")
     parser.add_argument("--pg-url", default=os.environ.get("FARM_TEST_PG_URL"))
     parser.add_argument("--out")
+    parser.add_argument("--recording", type=Path, default=RECORDINGS_DIR / "h100-standard.parquet",
+                        help="a recording of the standard sweep")
     args = parser.parse_args()
-    recording = find_recording()
-    if recording is None:
-        raise SystemExit("no recording in jobs/recordings/ to replay")
+    recording = args.recording
+    if not recording.is_file():
+        raise SystemExit(f"no recording {recording} to replay")
     server = None
     databases = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -155,9 +155,10 @@ def read_recording(source: str | Path | bytes, name: str = "") -> Recording:
                      frame=frame)
 
 
-def find_recording(arch: str | None = None, folder: Path | None = None) -> Path | None:
-    """The newest real (not synthetic) recording of `arch` (any if None) in `folder`, default
-    jobs/recordings/ here and in the farm's source tree."""
+def find_recordings(arch: str | None = None, folder: Path | None = None) -> list[Path]:
+    """The newest real (not synthetic) recording of `arch` (any if None) in `folder` (default
+    jobs/recordings/ here and in the farm's source tree), then every older one of the same
+    environment: together, all that GPU's recorded pairs. Newest first."""
     folders = [Path(folder)] if folder else list(dict.fromkeys(
         [Path.cwd() / "jobs" / "recordings", RECORDINGS_DIR]))
     found = []
@@ -169,8 +170,16 @@ def find_recording(arch: str | None = None, folder: Path | None = None) -> Path 
             continue
         if meta.get("synthetic") or (arch and meta["environment"]["arch"] != arch):
             continue
-        found.append((meta.get("recorded_at", ""), path.stat().st_mtime, path))
-    return max(found)[2] if found else None
+        found.append((meta.get("recorded_at", ""), path.stat().st_mtime, path,
+                      meta["environment"].get("fingerprint")))
+    found.sort(reverse=True)
+    return [f[2] for f in found if f[3] == found[0][3]] if found else []
+
+
+def find_recording(arch: str | None = None, folder: Path | None = None) -> Path | None:
+    """The newest real recording of `arch` (any if None), or None."""
+    found = find_recordings(arch, folder)
+    return found[0] if found else None
 
 
 def cell(value: Any) -> Any:

@@ -12,34 +12,46 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from farm.environment import Environment
 from farm.measure import DeviceLost, PairResult
 from farm.problems import CONV_FIELDS, ConvProblem
-from farm.recording import TIMING_FIELDS, Recording, cell, read_recording, replay_environment
+from farm.recording import (TIMING_FIELDS, Recording, RecordingError, cell, read_recording,
+                            replay_environment)
 from farm.timing import TimingPolicy
 from farm.worker import target_of
 from kernels.family import Instance
 
 
 class ReplayWorker:
-    """Serves recorded pairs; `pace_s` sleeps per pair to stand in for a GPU's pace."""
+    """Serves recorded pairs of one environment, from one recording or several (where two hold
+    the same pair, the first given wins); `pace_s` sleeps per pair to stand in for a GPU's
+    pace."""
 
-    def __init__(self, recording: str | Path | Recording, pace_s: float = 0.0,
-                 hang_s: float = 3600.0) -> None:
-        self.recording = (recording if isinstance(recording, Recording)
-                          else read_recording(recording))
-        self.environment: Environment = replay_environment(self.recording.environment)
-        self.target = target_of({"arch": self.recording.arch})
+    def __init__(self, recordings: str | Path | Recording | Sequence[str | Path | Recording],
+                 pace_s: float = 0.0, hang_s: float = 3600.0) -> None:
+        if isinstance(recordings, (str, Path, Recording)):
+            recordings = [recordings]
+        loaded = [r if isinstance(r, Recording) else read_recording(r) for r in recordings]
+        if not loaded:
+            raise RecordingError("no recording to replay")
+        first = loaded[0]
+        for other in loaded[1:]:
+            if other.environment.get("fingerprint") != first.environment.get("fingerprint"):
+                raise RecordingError(f"{other.path} was recorded in another environment than "
+                                     f"{first.path}; replay one environment at a time")
+        self.environment: Environment = replay_environment(first.environment)
+        self.target = target_of({"arch": first.arch})
         self.pace_s, self.hang_s = pace_s, hang_s
         self._rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for row in self.recording.frame.to_dict("records"):
-            problem = ConvProblem(op=row["operator"], dtype=row["dtype"], layout=row["layout"],
-                                  **{f: int(row[f]) for f in CONV_FIELDS})
-            self._rows[(row["family"], row["instance"], problem.key)] = row
+        for recording in loaded:
+            for row in recording.frame.to_dict("records"):
+                problem = ConvProblem(op=row["operator"], dtype=row["dtype"],
+                                      layout=row["layout"], **{f: int(row[f]) for f in CONV_FIELDS})
+                self._rows.setdefault((row["family"], row["instance"], problem.key), row)
 
     def _result(self, row: dict[str, Any]) -> PairResult:
         return PairResult(status=row["status"], message=cell(row["message"]),

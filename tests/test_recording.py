@@ -3,6 +3,7 @@ with their environment; the replay worker serves them back with the same statuse
 timings, labelled as a replay; pairs it lacks are not_recorded; recorded faults play out."""
 
 import dataclasses
+import os
 import shutil
 
 import pytest
@@ -13,8 +14,8 @@ from farm.cli import app
 from farm.cluster.pairs import plan_job, select_instances
 from farm.environment import Environment
 from farm.measure import DeviceLost
-from farm.recording import (export_recording, find_recording, read_recording, recording_meta,
-                            write_recording)
+from farm.recording import (RecordingError, export_recording, find_recording, find_recordings,
+                            read_recording, recording_meta, write_recording)
 from farm.replay import ReplayWorker
 from farm.specs import JobSpec, resolve_spec
 from farm.store import TimingFilter, open_store
@@ -142,6 +143,19 @@ def test_synthetic_recordings_are_labelled_and_never_picked_up(tmp_path):
     write_recording(real.frame, env, [], tmp_path / "h100.parquet")
     assert find_recording(folder=tmp_path) == tmp_path / "h100.parquet"
     assert find_recording("sm_100", folder=tmp_path) is None
+    # a second sweep of the same GPU joins the first; another GPU's recording does not
+    write_recording(real.frame, {**env, "fingerprint": "e" * 32}, [], tmp_path / "old.parquet")
+    os.utime(tmp_path / "old.parquet", (1, 1))
+    half = len(real.frame) // 2
+    write_recording(real.frame.iloc[:half], env, [], tmp_path / "h100-first.parquet")
+    write_recording(real.frame.iloc[half:], env, [], tmp_path / "h100-second.parquet")
+    found = find_recordings(folder=tmp_path)
+    assert found[0] == tmp_path / "h100-second.parquet"  # newest first
+    assert set(found) == {tmp_path / f"h100{s}.parquet" for s in ("", "-first", "-second")}
+    worker = ReplayWorker(found[1:])
+    assert len(worker._rows) == len(read_recording(tmp_path / "h100.parquet").frame)
+    with pytest.raises(RecordingError, match="another environment"):
+        ReplayWorker([tmp_path / "h100.parquet", tmp_path / "old.parquet"])
 
 
 def test_default_selection_and_filters():

@@ -30,8 +30,8 @@ class WorkerConfig:
     """What a measure actor runs: the GPU Ray gave it, or a recording to replay."""
 
     kind: str = "gpu"  # gpu | replay
-    recording: str | None = None  # its file name (for messages) ...
-    recording_data: bytes | None = None  # ... and its bytes, so any node can replay it
+    recordings: tuple[tuple[str, bytes], ...] = ()  # (file name, bytes) of each recording to
+    # replay, so any node can replay them
     pace_s: float = 0.0
     code_cache: str | None = None  # the compile cache folder (None: FARM_CODE_CACHE or default)
     code_db: str | None = None  # a database whose artifacts table the cluster's nodes share
@@ -47,8 +47,9 @@ class MeasureActor:
             from farm.recording import read_recording
             from farm.replay import ReplayWorker
 
-            recording = read_recording(config.recording_data, config.recording or "")
-            self.worker = ReplayWorker(recording, pace_s=config.pace_s)
+            self.worker = ReplayWorker([read_recording(data, name)
+                                        for name, data in config.recordings],
+                                       pace_s=config.pace_s)
         else:
             from farm.store.artifacts import open_code_cache
             from farm.worker import GpuWorker

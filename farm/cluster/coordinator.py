@@ -35,7 +35,7 @@ from farm.cluster.jobrun import JobRun
 from farm.cluster.pairs import plan_job
 from farm.cluster.pool import ActorPool
 from farm.cluster.retrain import Retrainer, task_url
-from farm.recording import find_recording, recording_meta
+from farm.recording import find_recordings, recording_meta
 from farm.store import JobStopped, Queries
 from farm.store.models import utcnow
 
@@ -104,22 +104,23 @@ class Coordinator:
 
     def worker_config(self) -> WorkerConfig:
         """GPU actors where the cluster has GPUs, else the replay device (if it can)."""
-        recording = self.config.replay
-        if not recording and ray.cluster_resources().get("GPU", 0) == 0:
-            found = find_recording(self.config.arch)
-            if found is None:
+        recordings = [Path(self.config.replay)] if self.config.replay else []
+        if not recordings and ray.cluster_resources().get("GPU", 0) == 0:
+            recordings = find_recordings(self.config.arch)
+            if not recordings:
                 raise NoWorkers("no GPU in the Ray cluster and no recording in jobs/recordings/"
                                 " to replay: record one on a GPU machine with `farm record`, or "
                                 "pass --replay FILE")
-            recording = str(found)
-        if recording:
-            meta = recording_meta(recording)
-            env = meta["environment"]
-            label = " (SYNTHETIC: invented numbers, for tests)" if meta.get("synthetic") else ""
-            self.reporter.note(f"replaying {recording}: {env['gpu_name']} ({env['arch']}), "
-                               f"{meta.get('rows', '?')} pairs{label}")
-            return WorkerConfig(kind="replay", recording=str(recording),
-                                recording_data=Path(recording).read_bytes(),
+        if recordings:
+            metas = [recording_meta(path) for path in recordings]
+            env = metas[0]["environment"]
+            label = (" (SYNTHETIC: invented numbers, for tests)"
+                     if any(m.get("synthetic") for m in metas) else "")
+            rows = sum(m.get("rows", 0) for m in metas)
+            self.reporter.note(f"replaying {' + '.join(map(str, recordings))}: "
+                               f"{env['gpu_name']} ({env['arch']}), {rows} pairs{label}")
+            return WorkerConfig(kind="replay",
+                                recordings=tuple((str(p), p.read_bytes()) for p in recordings),
                                 pace_s=self.config.replay_pace_s,
                                 code_cache=self.config.code_cache, code_db=self.code_db)
         return WorkerConfig(kind="gpu", code_cache=self.config.code_cache, code_db=self.code_db)
