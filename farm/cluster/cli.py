@@ -24,8 +24,8 @@ RayOption = Annotated[Optional[str], typer.Option(
     "--ray-address", envvar="FARM_RAY_ADDRESS",
     help="Ray cluster to join (default: start a local Ray in this process)")]
 ReplayOption = Annotated[Optional[Path], typer.Option(
-    "--replay", help="Replay this recording (default on a machine with no GPU: the newest in "
-                     "jobs/recordings/ of --arch)")]
+    "--replay", help="Replay this recording (default on a machine with no GPU: every "
+                     "recording in jobs/recordings/ of the newest recorded GPU of --arch)")]
 ActorsOption = Annotated[int, typer.Option("--replay-actors",
                                            help="Replay actors standing in for GPUs")]
 PaceOption = Annotated[float, typer.Option("--replay-pace",

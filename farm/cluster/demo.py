@@ -1,7 +1,7 @@
 """`farm demo`: the standard sweep end to end on this machine, then a summary.
 
 The embedded default: SQLite (or FARM_DB_URL), a local Ray started in-process, and this
-machine's GPUs, or on a machine with none the replay device serving the newest recording in
+machine's GPUs, or on a machine with none the replay device serving the recordings in
 jobs/recordings/ (or --replay FILE). It submits the three directions on
 jobs/networks/all_networks.csv, compiles every instance with NVRTC in compile tasks, measures
 (or replays) every pair, and prints the best instance per shape, the failures and the
