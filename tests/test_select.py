@@ -289,3 +289,16 @@ def test_c_export_of_trees_with_more_leaves_than_a_mask(fwd):
     fast, slow = Selector(files, "c"), Selector(files, "lightgbm")
     for p in problems("conv2d_fwd", 100, seed=12):
         np.testing.assert_array_equal(fast.costs(p), slow.costs(p))
+
+
+def test_lazy_checks_choose_as_filtering_first(fwd):
+    """Checking the cheapest candidate alone, then the others best first, answers as keeping
+    the applicable candidates and sorting them (ties in catalogue order)."""
+    s, passed_over = fwd.selector, 0
+    for p in problems("conv2d_fwd", 300, seed=13):
+        cost, ok = s.costs(p), s.allowed(p)
+        order = [i for i in np.argsort(cost, kind="stable") if ok[i]]
+        assert s.select(p) == s.names[order[0]]
+        assert s.top(p, 3) == [s.names[i] for i in order[:3]]
+        passed_over += not ok[int(np.argmin(cost))]
+    assert passed_over > 0
