@@ -64,7 +64,8 @@ def compile_shared(source: str, folder: Path | None = None) -> Path | None:
 
 
 class Selector:
-    """Chooses among a bundle's candidates for one operator, architecture and dtype."""
+    """Chooses among a bundle's candidates for one operator, architecture and dtype. Its C
+    buffers serve one call at a time: give each thread its own Selector."""
 
     def __init__(self, files: dict[str, str], backend: str = "auto") -> None:
         if backend not in BACKENDS:
@@ -151,13 +152,12 @@ class Selector:
 
     def _ranked(self, problem: ConvProblem, cost: np.ndarray, k: int) -> list[str]:
         """The k best applicable candidates, best first (ties: catalogue order)."""
-        if k == 1:
-            first = int(cost.argmin())  # the stable sort's first
-            if self._rules[first](problem) is None:
-                return [self.names[first]]
+        first = int(cost.argmin()) if k == 1 else -1  # the stable sort's first
+        if first >= 0 and self._rules[first](problem) is None:
+            return [self.names[first]]
         out = []
         for i in np.argsort(cost, kind="stable"):
-            if self._rules[i](problem) is None:
+            if i != first and self._rules[i](problem) is None:
                 out.append(self.names[i])
                 if len(out) == k:
                     break
