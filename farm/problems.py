@@ -11,6 +11,8 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
+from operator import attrgetter, ge
 from typing import Any, ClassVar
 
 CONV_OPERATORS = ("conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight")
@@ -20,6 +22,9 @@ CONV_FIELDS = ("N", "C", "K", "G", "H", "W", "R", "S",
                "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w")
 CONV_DEFAULTS = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
 MAX_TENSOR_ELEMENTS = 2**31 - 1  # kernels index with 32-bit integers
+_LOWEST = tuple(0 if f.startswith("pad") else 1 for f in CONV_FIELDS)
+_DEFAULTED = tuple((f, CONV_DEFAULTS.get(f)) for f in CONV_FIELDS)
+shape_of = attrgetter(*CONV_FIELDS)  # a problem's shape fields as a tuple, in CONV_FIELDS order
 
 
 class ProblemError(ValueError):
@@ -42,6 +47,7 @@ def _as_int(name: str, value: Any) -> int:
 class ConvProblem:
     """A 2D grouped convolution, channels-last, in one direction."""
 
+    # op, then the shape fields in CONV_FIELDS order (from_fields passes them by position)
     op: str
     N: int
     C: int
@@ -69,12 +75,15 @@ class ConvProblem:
             raise ProblemError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
         if self.layout != "NHWGC":
             raise ProblemError(f"unknown layout {self.layout!r}; convolutions are NHWGC")
-        for name in CONV_FIELDS:
-            value = _as_int(name, getattr(self, name))
-            object.__setattr__(self, name, value)
-            low = 0 if name.startswith("pad") else 1
-            if value < low:
-                raise ProblemError(f"{name}={value} must be at least {low}")
+        values = shape_of(self)
+        exact = {*map(type, values)} == {int}
+        if not exact or not all(map(ge, values, _LOWEST)):  # else nothing to convert or refuse
+            for name, value, low in zip(CONV_FIELDS, values, _LOWEST):
+                if not exact:
+                    value = _as_int(name, value)
+                    object.__setattr__(self, name, value)
+                if value < low:
+                    raise ProblemError(f"{name}={value} must be at least {low}")
         if self.C % self.G:
             raise ProblemError(f"C={self.C} is not divisible by G={self.G}")
         if self.K % self.G:
@@ -91,6 +100,9 @@ class ConvProblem:
     @classmethod
     def from_fields(cls, op: str, dtype: str, fields: Mapping[str, Any]) -> ConvProblem:
         """Build from a mapping of shape fields (extra keys ignored, optional ones defaulted)."""
+        given = [fields.get(f, default) for f, default in _DEFAULTED]
+        if {*map(type, given)} == {int}:  # the common case: every field an int
+            return cls(op, *given, dtype=dtype)
         missing = [f for f in CONV_FIELDS if f not in fields and f not in CONV_DEFAULTS]
         if missing:
             raise ProblemError(f"missing field(s) {', '.join(missing)}")
@@ -102,12 +114,12 @@ class ConvProblem:
                     raise ProblemError(f"{name} is empty")
         return cls(op=op, dtype=dtype, **values)
 
-    # Derived sizes -------------------------------------------------------------------------
-    @property
+    # Derived sizes (computed once: a frozen record's fields never change) ------------------
+    @cached_property
     def P(self) -> int:
         return (self.H + 2 * self.pad_h - self.dil_h * (self.R - 1) - 1) // self.stride_h + 1
 
-    @property
+    @cached_property
     def Q(self) -> int:
         return (self.W + 2 * self.pad_w - self.dil_w * (self.S - 1) - 1) // self.stride_w + 1
 
@@ -134,7 +146,7 @@ class ConvProblem:
         """Each of the three tensors touched once: two read, one written, in every direction."""
         return DTYPE_BYTES[self.dtype] * sum(self.tensor_elements().values())
 
-    @property
+    @cached_property
     def gemm(self) -> tuple[int, int, int]:
         """The per-group implicit-GEMM view (M, N, K) of this direction."""
         crs = self.c_per_group * self.R * self.S

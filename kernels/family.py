@@ -8,6 +8,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from kernels.source import load_source, source_hash
@@ -27,8 +28,9 @@ class Instance:
     name: str
     source_hash: str
 
-    @property
+    @cached_property
     def settings(self) -> dict[str, Any]:
+        """The configuration as a dict, built once (shared: read it, do not change it)."""
         return dict(self.config)
 
     @property

@@ -592,3 +592,34 @@ def test_vectorised_channel_units_choice_equals_the_loop(op):
                 instance.name, p.label())
             checked += 1
     assert checked > 500
+
+
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight"])
+def test_shared_memory_fit_equals_a_channel_units_choice(op):
+    """applicable's fit check (one unit first) says yes exactly where _choose_cub finds a
+    count, on shapes up to filters and dilations that leave no count at all."""
+    rng = np.random.default_rng(9)
+    outcomes, staged_over = set(), 0  # staged_over: staged tiles where one unit is over
+    for _ in range(150):
+        g = int(rng.choice([1, 2, 8, 32]))
+        cg, kg = (1, 1) if rng.random() < 0.5 else (int(rng.choice([2, 4, 8, 16])),) * 2
+        r, dil = int(rng.choice([1, 3, 5, 7, 11])), int(rng.choice([1, 2, 6]))
+        hw = int(rng.choice([14, 56, 112]))
+        c = g * cg * (int(rng.choice([8, 24, 120])) if cg == 1 else 1)
+        groups = c // cg
+        try:
+            p = ConvProblem(op=op, dtype=str(rng.choice(["bf16", "fp32"])), N=4, C=c,
+                            K=groups * kg, G=groups, H=hw, W=hw, R=r, S=r, dil_h=dil,
+                            dil_w=dil, pad_h=r // 2 * dil, pad_w=r // 2 * dil,
+                            stride_h=int(rng.choice([1, 2])), stride_w=1)
+        except ValueError:
+            continue
+        for instance in FAMILY.instances(op, p.dtype):
+            fits = FAMILY._fits(instance, p)
+            assert fits == (FAMILY._choose_cub(instance, p) is not None), (
+                instance.name, p.label())
+            outcomes.add(fits)
+            staged_over += bool(instance.settings.get("smem")) and (
+                FAMILY._shared_bytes(instance, p, 1) > 48 * 1024)
+    assert outcomes == {True, False}
+    assert staged_over > 0 or op == "conv2d_bwd_weight"  # no staged tiles there

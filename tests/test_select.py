@@ -251,3 +251,54 @@ def test_leave_networks_out_pools_held_out_networks(fwd):
     pooled = found["pooled"]
     assert pooled["problems"] == sum(f["problems"] for f in found["folds"].values())
     assert 0.5 < pooled["mean"] <= 1.0 and pooled["top_k"]["8"] >= pooled["mean"] - 1e-12
+
+
+def test_leaf_masks_exit_where_lightgbm_does(fwd):
+    """Each tree as leaf masks lands in the leaf LightGBM's own traversal picks, missing values
+    included."""
+    from farm.select.trees import leaf_masks, parse_trees
+
+    held = usable(fwd.data.part("holdout"))
+    x = pair_features(fwd.model.spec, fwd.model.catalogue, held)[:400]
+    x[np.random.default_rng(3).random(x.shape) < 0.1] = np.nan
+    picked = fwd.slow._booster.predict(x, pred_leaf=True)
+    trees = parse_trees(fwd.model.model_text)
+    for k, t in enumerate(trees):
+        masks = leaf_masks(t)
+        assert [masks.leaf(row) for row in x] == [t.leaves[i] for i in picked[:, k]]
+
+
+def test_c_export_of_trees_with_more_leaves_than_a_mask(fwd):
+    """Trees over 64 leaves are written as branches, the others as masks: still LightGBM's
+    costs bit for bit."""
+    import lightgbm as lgb
+
+    from farm.select.export import MODEL
+    from farm.select.trees import MAX_LEAVES, parse_trees
+
+    frame = usable(fwd.data.part("train"))
+    x = pair_features(fwd.model.spec, fwd.model.catalogue, frame)
+    data = lgb.Dataset(x, np.log(frame["median_us"].to_numpy()), free_raw_data=False)
+    params = {"objective": "regression", "min_data_in_leaf": 2, "verbose": -1, "seed": 0}
+    big = lgb.train({**params, "num_leaves": 100}, data, num_boost_round=2)
+    both = lgb.train({**params, "num_leaves": 16}, data, num_boost_round=2, init_model=big)
+    files = {**fwd.files, MODEL: both.model_to_string()}
+    files[C_FILE] = c_files(files)[C_FILE]
+    sizes = [len(t.leaves) for t in parse_trees(files[MODEL])]
+    assert max(sizes) > MAX_LEAVES >= min(sizes)
+    fast, slow = Selector(files, "c"), Selector(files, "lightgbm")
+    for p in problems("conv2d_fwd", 100, seed=12):
+        np.testing.assert_array_equal(fast.costs(p), slow.costs(p))
+
+
+def test_lazy_checks_choose_as_filtering_first(fwd):
+    """Checking the cheapest candidate alone, then the others best first, answers as keeping
+    the applicable candidates and sorting them (ties in catalogue order)."""
+    s, passed_over = fwd.selector, 0
+    for p in problems("conv2d_fwd", 300, seed=13):
+        cost, ok = s.costs(p), s.allowed(p)
+        order = [i for i in np.argsort(cost, kind="stable") if ok[i]]
+        assert s.select(p) == s.names[order[0]]
+        assert s.top(p, 3) == [s.names[i] for i in order[:3]]
+        passed_over += not ok[int(np.argmin(cost))]
+    assert passed_over > 0

@@ -3,10 +3,17 @@
 It holds the candidate catalogue (names and instance columns), the feature formulas of
 features.py translated to C expression by expression (same operations in the same order, so
 the doubles are identical; compile with -ffp-contract=off so no multiply-add is fused), and the
-LightGBM trees from the text model as nested if/else code, one function per tree looping over
-the candidates, with LightGBM's missing-value rules folded into each comparison. The caller
-supplies applicability (`allowed`, one byte per candidate, NULL for all): its kernels' launch
-rules live with the dispatcher, as the descriptors' do in Python.
+LightGBM trees from the text model as leaf masks (trees.py), with LightGBM's missing-value rules
+folded into each comparison. Each piece of work is done as rarely as it can be: the shape's sizes
+once per call; the splits on device constants and instance columns at generation, as one mask
+per tree and candidate; the splits on the shape once per tree and call; only the splits on the
+interactions per candidate, without branches, in one loop over the candidates per tree that
+the compiler vectorises (a split whose leaves the instance columns have cleared for every
+candidate is left out; one whose leaves the shape has cleared keeps every leaf). Leaves are
+added tree by tree in the model's order, so the costs are LightGBM's raw scores bit for bit. A
+tree with more leaves than a mask holds is written as nested if/else code. The caller supplies
+applicability (`allowed`, one byte per candidate, NULL for all): its kernels' launch rules
+live with the dispatcher, as the descriptors' do in Python.
 
     int  P_count(void);  const char *P_name(int i);
     int  P_costs(const int64_t shape[14], double *cost);   lower is better, one per candidate
@@ -20,51 +27,19 @@ import ast
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import numpy as np
 
 from farm.problems import CONV_FIELDS
 from farm.select.catalogue import CatalogueEntry
 from farm.select.features import INSTANCE, INTERACTIONS, FeatureSpec, instance_matrix
+from farm.select.trees import LeafMasks, Split, Tree, leaf_masks, nan_left, parse_trees
 
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _HELPERS = ("cdiv", "fdiv", "vmin", "vmax")
-
-
-@dataclass(frozen=True)
-class Tree:
-    """One LightGBM tree: node tables (children < 0 are leaves ~child) and leaf values."""
-
-    feature: tuple[int, ...]
-    threshold: tuple[float, ...]
-    decision: tuple[int, ...]
-    left: tuple[int, ...]
-    right: tuple[int, ...]
-    leaves: tuple[float, ...]
-
-
-def parse_trees(model_text: str) -> list[Tree]:
-    """The trees of a LightGBM text model (numerical splits only)."""
-    trees, block = [], None
-    for line in model_text.splitlines() + ["end of trees"]:
-        if line.startswith("Tree=") or line.startswith("end of trees"):
-            if block is not None:
-                trees.append(_tree(block))
-            block = {} if line.startswith("Tree=") else None
-            if block is None and line.startswith("end of trees"):
-                break
-        elif block is not None and "=" in line:
-            key, _, value = line.partition("=")
-            block[key] = value.split()
-    return trees
-
-
-def _tree(b: dict[str, list[str]]) -> Tree:
-    if int(b.get("num_cat", ["0"])[0]):
-        raise ValueError("categorical splits are not exported (no feature is categorical)")
-    ints = lambda k: tuple(int(v) for v in b.get(k, []))  # noqa: E731
-    return Tree(ints("split_feature"), tuple(float(v) for v in b.get("threshold", [])),
-                ints("decision_type"), ints("left_child"), ints("right_child"),
-                tuple(float(v) for v in b["leaf_value"]))
+GROUP = 8  # trees whose leaves are added in one pass over the candidates
+LANES = 4  # candidate loops cover whole multiples of this, so that they vectorise without tails
+_DEBRUIJN = 0x03F79D71B4CB0A89
 
 
 def _double(value: float) -> str:
@@ -112,33 +87,172 @@ def header(prefix: str) -> str:
             "int *out);\n#ifdef __cplusplus\n}\n#endif\n#endif\n")
 
 
-def _condition(t: Tree, n: int) -> str:
-    """LightGBM's numerical decision at node n as one comparison: where NaN goes left (its
-    default direction, or 0 <= threshold when NaN is not the missing type) the test is
-    !(v > t), which NaN passes; else v <= t, which NaN fails."""
-    missing, threshold = (t.decision[n] >> 2) & 3, t.threshold[n]
-    if missing == 1:
-        raise ValueError("zero-as-missing splits are not exported (zero_as_missing is off)")
-    nan_left = bool(t.decision[n] & 2) if missing == 2 else 0.0 <= threshold
-    v = f"r[{t.feature[n]}]"
-    return f"!({v} > {_double(threshold)})" if nan_left else f"{v} <= {_double(threshold)}"
+def _test(split: Split, value: str) -> str:
+    """A split's test in C: !(v > t), which NaN passes, where NaN goes left; else v <= t."""
+    t = _double(split.threshold)
+    return f"!({value} > {t})" if split.nan_left else f"{value} <= {t}"
 
 
-def _tree_code(t: Tree, n: int, indent: str) -> list[str]:
+def _mask(value: int) -> str:
+    return f"UINT64_C(0x{value & (2**64 - 1):x})"
+
+
+def _names(formula: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(formula)) if isinstance(n, ast.Name)}
+
+
+class _Columns:
+    """Where the C code finds each feature column: the shape's values (v_NAME, once per call),
+    values known at generation (device constants, instance columns of each candidate) and the
+    interactions (X[j][c], per candidate and call). Records which ones the code reads."""
+
+    def __init__(self, spec: FeatureSpec, table: np.ndarray) -> None:
+        self.names, self.table = spec.names, table
+        self.shape = len(CONV_FIELDS) + len(spec.shape_formulas)
+        self.constants = list(spec.constants().values())
+        self.instance = self.shape + len(self.constants)
+        self.interactions = self.instance + table.shape[1]
+        self.stored: dict[int, int] = {}  # interaction column -> its row of X
+        self.read: set[str] = set()  # shape values (v_NAME) the code reads
+
+    def known(self, f: int) -> bool:
+        return self.shape <= f < self.interactions
+
+    def value(self, f: int, c: int) -> float:
+        """A known column's value for candidate c."""
+        if f < self.instance:
+            return self.constants[f - self.shape]
+        return float(self.table[c, f - self.instance])
+
+    def expr(self, f: int) -> str:
+        """A column's value in code that loops over the candidates (c)."""
+        if f < self.instance:
+            self.read.add(self.names[f])
+            return f"v_{self.names[f]}"
+        if f < self.interactions:
+            return f"INST[{f - self.instance}][c]"
+        return f"X[{self.stored.setdefault(f, len(self.stored))}][c]"
+
+
+def _masked_tree(k: int, tree: LeafMasks, cols: _Columns, count: int, padded: int
+                 ) -> tuple[str, list[str], list[int]]:
+    """Tree k as a function of X and its shape mask; the lines of costs() that compute that
+    mask and call it; its fixed mask per candidate (the splits on known values; padding keeps
+    every leaf)."""
+    known = [sp for sp in tree.splits if cols.known(sp.feature)]
+    fixed = [tree.mask(known, lambda sp, c=c: cols.value(sp.feature, c)) for c in range(count)]
+    fixed += [tree.full] * (padded - count)
+    keeps, tests = [], []
+    for sp in tree.splits:
+        if sp.feature < cols.interactions or not any(f & sp.drop for f in fixed[:count]):
+            continue  # decided before the loop, or no candidate keeps the leaves it clears
+        i = len(keeps)
+        keeps.append(f"  const uint64_t k{i} = s & {_mask(sp.drop)} ? {_mask(~sp.drop)} "
+                     f": ~UINT64_C(0);")
+        tests.append(f"KEEP({_test(sp, cols.expr(sp.feature))}, k{i})")
+    loop = (f"  for (c = 0; c < NP; c++)\n    m[c] = s & FIXED[{k}][c]"
+            + "".join(f"\n      & {t}" for t in tests) + ";")
+    function = "\n".join([f"VECTOR_CLONES static void tree{k}(double X[NX][NP], uint64_t s, "
+                          "uint64_t *m) {", "  int c;", *keeps, loop, "}"])
+    call = [f"  s = {_mask(tree.full)};"]
+    call += [f"  s &= KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)});"
+             for sp in tree.splits if sp.feature < cols.shape]
+    return function, call, fixed
+
+
+def _branches(t: Tree, n: int, cols: _Columns, indent: str) -> list[str]:
     if n < 0 or not t.feature:
-        return [f"{indent}s += {_double(t.leaves[~n if n < 0 else 0])};"]
-    return ([f"{indent}if ({_condition(t, n)}) {{"] + _tree_code(t, t.left[n], indent + "  ")
-            + [f"{indent}}} else {{"] + _tree_code(t, t.right[n], indent + "  ")
-            + [f"{indent}}}"])
+        return [f"{indent}t += {_double(t.leaves[~n if n < 0 else 0])};"]
+    split = Split(t.feature[n], t.threshold[n], nan_left(t, n), 0)
+    return ([f"{indent}if ({_test(split, cols.expr(split.feature))}) {{"]
+            + _branches(t, t.left[n], cols, indent + "  ") + [f"{indent}}} else {{"]
+            + _branches(t, t.right[n], cols, indent + "  ") + [f"{indent}}}"])
 
 
-def _tree_function(k: int, t: Tree) -> str:
-    """Tree k over every candidate row (one branch site per node, so the branch predictor
-    sees the same shape decisions candidate after candidate)."""
-    body = "\n".join(_tree_code(t, 0, "    "))
-    return (f"static void tree{k}(double x[NC][NF], const unsigned char *skip, double *cost) {{\n"
-            f"  for (int c = 0; c < NC; c++) {{\n    const double *r = x[c];\n    double s = 0.0;\n"
-            f"    if (skip && skip[c]) continue;\n{body}\n    cost[c] += s;\n  }}\n}}")
+def _branchy_tree(k: int, t: Tree, cols: _Columns) -> list[str]:
+    """Tree k as nested if/else code per candidate (more leaves than a mask holds)."""
+    return ([f"  for (c = 0; c < NC; c++) {{  /* tree {k} */", "    double t = 0.0;"]
+            + _branches(t, 0, cols, "    ") + ["    cost[c] += t;", "  }"])
+
+
+def _value_lines(spec: FeatureSpec, cols: _Columns) -> tuple[list[str], list[str]]:
+    """The shape's values (once per call) and the interactions (per candidate, into X) that
+    the trees read, with what they are computed from."""
+    wanted = set(cols.read) | {cols.names[f] for f in cols.stored}
+    for name, formula in reversed((*spec.shape_formulas, *INTERACTIONS)):
+        if name in wanted:
+            wanted |= _names(formula)
+    shape = [f"  const double v_{f} = (double)shape[{i}];"
+             for i, f in enumerate(CONV_FIELDS) if f in wanted]
+    shape += [f"  const double v_{n} = {_double(v)};" for n, v in spec.constants().items()
+              if n in wanted]
+    shape += [f"  const double v_{n} = {c_expression(f)};" for n, f in spec.shape_formulas
+              if n in wanted]
+    per = [f"    const double v_{n} = INST[{spec.instance.index(n)}][c];"
+           for n in INSTANCE if n in wanted]
+    per += [f"    const double v_{n} = {c_expression(f)};" for n, f in INTERACTIONS
+            if n in wanted]
+    per += [f"    X[{j}][c] = v_{cols.names[f]};" for f, j in cols.stored.items()]
+    return shape, per
+
+
+def _debruijn() -> list[int]:
+    table = [0] * 64
+    for i in range(64):
+        table[((1 << i) * _DEBRUIJN & (2**64 - 1)) >> 58] = i
+    return table
+
+
+def _forest(trees: Sequence[Tree], cols: _Columns, count: int, padded: int
+            ) -> tuple[list[str], list[str], list[list[int]], list[str]]:
+    """The trees' functions, the lines of costs() that run them in order, the fixed masks
+    (tree x candidate) and the leaf tables."""
+    blocks, fixed, leaves, functions, group = [], [], [], [], []
+
+    def flush() -> None:
+        """Add the leaves of the trees in `group` to the costs, in tree order."""
+        if group:
+            blocks.extend(["  for (c = 0; c < NC; c++) {", "    double t = cost[c];"]
+                          + [f"    t += LEAF{k}[LOWEST(M[{i}][c])];" for i, k in enumerate(group)]
+                          + ["    cost[c] = t;", "  }"])
+            group.clear()
+
+    for k, t in enumerate(trees):
+        masks = leaf_masks(t)
+        if masks is None:
+            flush()
+            blocks += _branchy_tree(k, t, cols)
+            fixed.append([0] * padded)
+            continue
+        function, lines, rows = _masked_tree(k, masks, cols, count, padded)
+        functions.append(function)
+        blocks += lines + [f"  tree{k}(X, s, M[{len(group)}]);"]
+        group.append(k)
+        if len(group) == GROUP:
+            flush()
+        fixed.append(rows)
+        leaves.append(f"static const double LEAF{k}[{len(masks.leaves)}] = {{\n  "
+                      f"{_rows(list(masks.leaves), 4)}}};")
+    flush()
+    return functions, blocks, fixed, leaves
+
+
+def _tables(table: np.ndarray, padded: int, fixed: list[list[int]], leaves: list[str],
+            code: Sequence[str]) -> str:
+    """The instance columns (where `code` reads them) and the trees' masks and leaves."""
+    out = []
+    if any("INST[" in line for line in code):
+        inst = np.vstack([table, np.repeat(table[-1:], padded - len(table), axis=0)])
+        out.append("static const double INST[NI][NP] = {\n  " + ",\n  ".join(
+            "{" + _rows([float(v) for v in col], 4) + "}" for col in inst.T) + "};")
+    if leaves:
+        out += ["/* per tree and candidate: the leaves kept by the splits on known values */",
+                "static const uint64_t FIXED[NT][NP] = {\n  " + ",\n  ".join(
+                    "{" + _rows([_mask(m) for m in row], 3) + "}" for row in fixed) + "};",
+                "#if !defined(__GNUC__) && !defined(__clang__)",
+                f"static const unsigned char DEBRUIJN[64] = {{\n  {_rows(_debruijn(), 16)}}};",
+                "#endif", *leaves]
+    return "\n".join(out)
 
 
 def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text: str,
@@ -146,73 +260,71 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
     """The C file of a model (see the module docstring for its interface)."""
     trees = parse_trees(model_text)
     table = instance_matrix(spec, catalogue)
-    head = [*CONV_FIELDS, *(n for n, _ in spec.shape_formulas), *spec.constants()]
-    nh, ni = len(head), len(spec.instance)
-    assert list(spec.names) == [*head, *spec.instance, *(n for n, _ in INTERACTIONS)]
+    count = len(catalogue)
+    padded = -(-count // LANES) * LANES
+    cols = _Columns(spec, table)
+    functions, blocks, fixed, leaves = _forest(trees, cols, count, padded)
+    shape_lines, per_lines = _value_lines(spec, cols)
     names = ", ".join('"' + e.name.replace('"', "") + '"' for e in catalogue)
-    inst_init = ",\n  ".join("{" + ", ".join(_double(float(v)) for v in row) + "}"
-                             for row in table)
-    shape_lines = [f"  const double v_{f} = (double)shape[{i}];" for i, f in enumerate(CONV_FIELDS)]
-    shape_lines += [f"  const double v_{n} = {_double(v)};" for n, v in spec.constants().items()]
-    shape_lines += [f"  const double v_{n} = {c_expression(f)};" for n, f in spec.shape_formulas]
-    used = {n.id for _, f in INTERACTIONS for n in ast.walk(ast.parse(f))
-            if isinstance(n, ast.Name)}
-    inst_lines = [f"    const double v_{n} = INST[c][{spec.instance.index(n)}];"
-                  for n in INSTANCE if n in used]
-    inter_lines = [f"    const double v_{n} = {c_expression(f)};" for n, f in INTERACTIONS]
-    inter_lines += [f"    r[{nh + ni + i}] = v_{n};" for i, (n, _) in enumerate(INTERACTIONS)]
     sign = "" if kind == "regressor" else "-"
-    functions = "\n\n".join(_tree_function(k, t) for k, t in enumerate(trees))
-    calls = "\n".join(f"  tree{k}(x, skip, cost);" for k in range(len(trees)))
     return f"""/* farm-select C export (generated; do not edit). {prefix}
  * {note}
  * Model: LightGBM {kind}, {len(trees)} trees, {len(spec.names)} features (version {spec.version}),
- * {len(catalogue)} candidates. Build: cc -std=c99 -O2 -ffp-contract=off -c this.c (link -lm). */
+ * {count} candidates. Build: cc -std=c99 -O2 -ffp-contract=off -c this.c (link -lm). */
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
-#define NF {len(spec.names)}
-#define NH {nh}
-#define NI {ni}
-#define NC {len(catalogue)}
+#define NC {count}
+#define NP {padded}  /* candidates rounded up to whole vector loops (padding repeats the last) */
+#define NT {len(trees)}
+#define NI {len(spec.instance)}
+#define NX {max(len(cols.stored), 1)}
+#define GROUP {GROUP}  /* trees whose leaves are added in one pass over the candidates */
+/* all ones where the test passes, else the mask that clears the left subtree's leaves */
+#define KEEP(test, keep) ((test) ? ~UINT64_C(0) : (keep))
+/* x86-64 with glibc: AVX2 copies of the tree loops beside the portable ones, the one to run
+ * chosen when the library loads (values unchanged) */
+#ifdef __has_attribute
+#if __has_attribute(target_clones) && defined(__x86_64__) && defined(__GLIBC__) \\
+    && !defined(__AVX2__)
+#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef VECTOR_CLONES
+#define VECTOR_CLONES
+#endif
+/* the index of the lowest set bit: the exit leaf */
+#if defined(__GNUC__) || defined(__clang__)
+#define LOWEST(m) __builtin_ctzll(m)
+#else
+#define LOWEST(m) DEBRUIJN[(((m) & (UINT64_C(0) - (m))) * {_mask(_DEBRUIJN)}) >> 58]
+#endif
 
 static const char *const NAMES[NC] = {{{names}}};
-static const double INST[NC][NI] = {{
-  {inst_init}}};
+{_tables(table, padded, fixed, leaves, (*per_lines, *blocks))}
 
 static double cdiv(double a, double b) {{ return ceil(a / b); }}
 static double fdiv(double a, double b) {{ return floor(a / b); }}
-static double vmin(double a, double b) {{ return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b); }}
-static double vmax(double a, double b) {{ return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b); }}
+/* NaN if either is (a NaN, or b when only b is); without branches, so that loops vectorise */
+static double vmin(double a, double b) {{ return (a < b) | (a != a) ? a : b; }}
+static double vmax(double a, double b) {{ return (a > b) | (a != a) ? a : b; }}
 
-static void features(const int64_t shape[14], double x[NC][NF]) {{
-{chr(10).join(shape_lines)}
-  const double head[NH] = {{{", ".join(f"v_{n}" for n in head)}}};
-  for (int c = 0; c < NC; c++) {{
-    double *r = x[c];
-    memcpy(r, head, sizeof head);
-    memcpy(r + NH, INST[c], sizeof INST[c]);
-{chr(10).join(inst_lines)}
-{chr(10).join(inter_lines)}
-  }}
-}}
-
-{functions}
+{chr(10).join(functions)}
 
 int {prefix}_count(void) {{ return NC; }}
 const char *{prefix}_name(int i) {{ return i >= 0 && i < NC ? NAMES[i] : 0; }}
 
-static void costs(const int64_t shape[14], const unsigned char *skip, double *cost) {{
-  double x[NC][NF];
-  features(shape, x);
-  for (int c = 0; c < NC; c++) cost[c] = 0.0;
-{calls}
-  for (int c = 0; c < NC; c++) cost[c] = {sign}cost[c];
-}}
-
 int {prefix}_costs(const int64_t shape[14], double *cost) {{
-  costs(shape, 0, cost);
+{chr(10).join(shape_lines)}
+  {"double X[NX][NP];" if cols.stored or leaves else ""}
+  {"uint64_t s, M[GROUP][NP];" if leaves else ""}
+  int c;
+  for (c = 0; c < NP; c++) {{
+{chr(10).join(per_lines)}
+  }}
+  for (c = 0; c < NC; c++) cost[c] = 0.0;
+{chr(10).join(blocks)}
+  for (c = 0; c < NC; c++) cost[c] = {sign}cost[c];
   return NC;
 }}
 
@@ -221,7 +333,7 @@ int {prefix}_rank(const int64_t shape[14], const unsigned char *allowed, int k, 
   unsigned char taken[NC];
   int found = 0;
   for (int c = 0; c < NC; c++) taken[c] = allowed && !allowed[c];
-  costs(shape, taken, cost);  /* only the allowed candidates are evaluated */
+  {prefix}_costs(shape, cost);
   for (; found < k; found++) {{
     int best = -1;
     for (int c = 0; c < NC; c++)
@@ -238,4 +350,3 @@ int {prefix}_best(const int64_t shape[14], const unsigned char *allowed) {{
   return {prefix}_rank(shape, allowed, 1, &best) ? best : -1;
 }}
 """
-

@@ -4,7 +4,8 @@ Costs come from the bundle's C export, compiled once per content with the system
 and called through ctypes (microseconds), or from LightGBM's predict where no compiler exists
 (hundreds of microseconds). Candidates are then taken best first, each checked against its
 family's applicability rules, so an instance that cannot serve the shape is never chosen
-(checking lazily gives the same answer as filtering first, at a fraction of the cost).
+(checking lazily gives the same answer as filtering first, at a fraction of the cost: the
+cheapest candidate alone is checked before any sorting, and it is most often the answer).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import ctypes
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
-from operator import attrgetter
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ import lightgbm as lgb
 import numpy as np
 import platformdirs
 
-from farm.problems import CONV_FIELDS, ConvProblem, ProblemError
+from farm.problems import CONV_FIELDS, ConvProblem, ProblemError, shape_of
 from farm.select.cexport import symbol_prefix
 from farm.select.export import C_FILE, MODEL, c_files, parse, read_bundle
 from farm.select.features import feature_matrix, instance_matrix
@@ -32,7 +34,6 @@ from farm.select.train import cost_of
 from kernels.registry import get_family
 
 BACKENDS = ("auto", "c", "lightgbm")
-_shape_of = attrgetter(*CONV_FIELDS)
 
 
 class SelectionError(ValueError):
@@ -63,7 +64,8 @@ def compile_shared(source: str, folder: Path | None = None) -> Path | None:
 
 
 class Selector:
-    """Chooses among a bundle's candidates for one operator, architecture and dtype."""
+    """Chooses among a bundle's candidates for one operator, architecture and dtype. Its C
+    buffers serve one call at a time: give each thread its own Selector."""
 
     def __init__(self, files: dict[str, str], backend: str = "auto") -> None:
         if backend not in BACKENDS:
@@ -76,6 +78,8 @@ class Selector:
         self.index = {n: i for i, n in enumerate(self.names)}
         self._instances = [e.instance() for e in self.catalogue]
         self._families = [get_family(e.family) for e in self.catalogue]
+        self._rules: list[Callable[[ConvProblem], str | None]] = [
+            partial(f.applicable, i) for f, i in zip(self._families, self._instances)]
         self._table = instance_matrix(self.spec, self.catalogue)
         self._booster = lgb.Booster(model_str=files[MODEL])
         self._costs_c = None
@@ -90,17 +94,25 @@ class Selector:
         """A Selector for the bundle directory `path` (farm models export)."""
         return cls(read_bundle(path), backend)
 
-    def _load_c(self, source: str) -> Any:
+    def _load_c(self, source: str) -> Callable[[ConvProblem], np.ndarray] | None:
+        """The export's costs of a problem, into one buffer that each call overwrites."""
         lib_path = compile_shared(source)
         if lib_path is None:
             return None
         self._lib = ctypes.CDLL(str(lib_path))
         costs = getattr(self._lib, symbol_prefix(self.operator, self.arch, self.dtype) + "_costs")
         costs.argtypes, costs.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        self._shape = np.zeros(len(CONV_FIELDS), dtype=np.int64)
-        self._cost = np.zeros(len(self.catalogue), dtype=np.float64)
-        shape_ptr, cost_ptr = self._shape.ctypes.data, self._cost.ctypes.data
-        return lambda: costs(shape_ptr, cost_ptr)
+        shape = (ctypes.c_int64 * len(CONV_FIELDS))()
+        cost = np.zeros(len(self.catalogue), dtype=np.float64)
+        pack = struct.Struct(f"{len(CONV_FIELDS)}q").pack_into
+        shape_ptr = ctypes.c_void_p(ctypes.addressof(shape))
+        cost_ptr = ctypes.c_void_p(cost.ctypes.data)
+
+        def run(problem: ConvProblem) -> np.ndarray:
+            pack(shape, 0, *shape_of(problem))
+            costs(shape_ptr, cost_ptr)
+            return cost
+        return run
 
     # Questions ---------------------------------------------------------------------------
     def problem(self, problem: ConvProblem | Mapping[str, Any], arch: str | None = None
@@ -122,10 +134,12 @@ class Selector:
 
     def costs(self, problem: ConvProblem) -> np.ndarray:
         """Each candidate's cost (lower is better), applicable or not, in catalogue order."""
+        return self._costs(problem).copy()
+
+    def _costs(self, problem: ConvProblem) -> np.ndarray:
+        """costs(), from the C export into its buffer (valid until the next call)."""
         if self._costs_c is not None:
-            self._shape[:] = _shape_of(problem)
-            self._costs_c()
-            return self._cost.copy()
+            return self._costs_c(problem)
         return self._costs_batch([problem])[0]
 
     def _costs_batch(self, problems: Sequence[ConvProblem]) -> np.ndarray:
@@ -137,9 +151,13 @@ class Selector:
         return cost_of(self.kind, raw).reshape(len(problems), count)
 
     def _ranked(self, problem: ConvProblem, cost: np.ndarray, k: int) -> list[str]:
+        """The k best applicable candidates, best first (ties: catalogue order)."""
+        first = int(cost.argmin()) if k == 1 else -1  # the stable sort's first
+        if first >= 0 and self._rules[first](problem) is None:
+            return [self.names[first]]
         out = []
         for i in np.argsort(cost, kind="stable"):
-            if self._families[i].applicable(self._instances[i], problem) is None:
+            if i != first and self._rules[i](problem) is None:
                 out.append(self.names[i])
                 if len(out) == k:
                     break
@@ -149,25 +167,25 @@ class Selector:
 
     def allowed(self, problem: ConvProblem) -> list[bool]:
         """Whether each candidate's family rules let it run `problem` (catalogue order)."""
-        return [f.applicable(i, problem) is None for f, i in zip(self._families, self._instances)]
+        return [rule(problem) is None for rule in self._rules]
 
     def top(self, problem: ConvProblem | Mapping[str, Any], k: int,
             arch: str | None = None) -> list[str]:
         """The model's k best applicable instances, best first (measure them at run time)."""
         problem = self.problem(problem, arch)
-        return self._ranked(problem, self.costs(problem), k)
+        return self._ranked(problem, self._costs(problem), k)
 
     def select(self, problem: ConvProblem | Mapping[str, Any], arch: str | None = None) -> str:
         """The instance to launch for one shape."""
         problem = self.problem(problem, arch)
-        return self._ranked(problem, self.costs(problem), 1)[0]
+        return self._ranked(problem, self._costs(problem), 1)[0]
 
     def select_many(self, problems: Sequence[ConvProblem | Mapping[str, Any]],
                     arch: str | None = None) -> list[str]:
         """The instance for each shape of a batch."""
         checked = [self.problem(p, arch) for p in problems]
         if self._costs_c is not None:
-            return [self._ranked(p, self.costs(p), 1)[0] for p in checked]
+            return [self._ranked(p, self._costs(p), 1)[0] for p in checked]
         costs = self._costs_batch(checked) if checked else []
         return [self._ranked(p, c, 1)[0] for p, c in zip(checked, costs)]
 

@@ -158,7 +158,7 @@ class DirectConv(KernelFamily):
             e = kpt * vec if cfg["grouped"] else vec
             if cfg["block"] * e * 4 > SHARED_LIMIT:
                 return "block reduction buffer exceeds shared memory"
-        if self._choose_cub(instance, problem) is None:
+        if not self._fits(instance, problem):
             return ("filter taps (and input tile) of one channel unit do not fit in "
                     f"{SHARED_LIMIT // 1024} KiB of shared memory")
         return None
@@ -197,19 +197,37 @@ class DirectConv(KernelFamily):
         iw = (twb * cfg["tile_w"] - 1) * shape["sw"] + (p.S - 1) * p.dil_w + 1
         return (taps + 15) // 16 * 16 + ih * iw * cub * cfg["vec"] * DTYPE_BYTES[p.dtype]
 
+    def _cub_range(self, instance: Instance, p: ConvProblem) -> int:
+        """The most channel units a block can hold (cub runs from 1 to it)."""
+        cfg = instance.settings
+        return min(self._units(instance, p), cfg["block"] // (cfg.get("smem") or 1))
+
+    def _fits(self, instance: Instance, p: ConvProblem) -> bool:
+        """Whether some channel-unit count fits shared memory (_choose_cub is not None). One
+        unit is tried first: it usually fits, and without a staged input tile (the taps grow
+        with the units) nothing fits where it does not; else every count at once."""
+        top = self._cub_range(instance, p)
+        if top < 1:
+            return False
+        if self._shared_bytes(instance, p, 1) <= SHARED_LIMIT:
+            return True
+        if not instance.settings.get("smem"):
+            return False
+        cub = np.arange(1, top + 1, dtype=np.int64)
+        return bool((self._shared_bytes(instance, p, cub) <= SHARED_LIMIT).any())
+
     def _choose_cub(self, instance: Instance, p: ConvProblem) -> int | None:
         """Channel units per block. Consecutive threads take consecutive units of one pixel, so
         a warp reads one contiguous run when the block holds all units of a pixel, else runs of
         cub units: score the useful share of threads times that coalescing, shared memory
         permitting (for shared-memory tiles also the halo). Ties go to the larger cub (within
-        1e-9 of the best score so far). Every cub is scored at once (numpy): a selector asks
-        this for each shape it is given."""
+        1e-9 of the best score so far). Every cub is scored at once (numpy)."""
         cfg = instance.settings
         block, units = cfg["block"], self._units(instance, p)
         unit = cfg["kpt"] if cfg["grouped"] else cfg["vec"]
         run_unit = cfg["vec"] if instance.operator == "conv2d_bwd_weight" else unit
         lanes = cfg.get("smem") or 1
-        cub = np.arange(1, min(units, block // lanes) + 1, dtype=np.int64)
+        cub = np.arange(1, self._cub_range(instance, p) + 1, dtype=np.int64)
         fits = np.broadcast_to(self._shared_bytes(instance, p, cub) <= SHARED_LIMIT, cub.shape)
         if not fits.any():
             return None

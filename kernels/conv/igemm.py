@@ -45,6 +45,12 @@ NARROW = {4: {(128, 128, 32, 2, 4), (128, 64, 32, 2, 2), (64, 128, 32, 2, 2), (6
           1: {(64, 64, 32, 2, 2), (64, 32, 32, 2, 2), (32, 64, 32, 1, 4)}}
 SPLITS = (1, 4, 16, 64, 256)
 NARROW_SPLITS = (1, 16, 128)
+# The smallest block_m and block_n of each direction's tiles
+SMALLEST = {op: (min(t[0] for t in tiles), min(t[1] for t in tiles))
+            for op, tiles in TILES.items()}
+# The channel counts each direction loads `vec` elements at a time
+VECTOR_CHANNELS = {"conv2d_fwd": ("Cg",), "conv2d_bwd_data": ("Kg", "Cg"),
+                   "conv2d_bwd_weight": ("Kg", "Cg")}
 
 
 def shared_bytes(config: dict[str, Any]) -> int:
@@ -141,11 +147,13 @@ class IGemmConv(KernelFamily):
         per = _cdiv(k_tiles, wanted)
         return _cdiv(k_tiles, per), per
 
-    def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
+    def tiles(self, instance: Instance, p: ConvProblem) -> int:
+        """Block tiles of the largest grid-z slice (grid x)."""
         c = instance.settings
-        _, n, _ = p.gemm
-        tiles = _cdiv(self.gemm_rows(p), c["block_m"]) * _cdiv(n, c["block_n"])
-        return tiles, 1, self.grid_z(instance, p)
+        return _cdiv(self.gemm_rows(p), c["block_m"]) * _cdiv(p.gemm[1], c["block_n"])
+
+    def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
+        return self.tiles(instance, p), 1, self.grid_z(instance, p)
 
     # Rules -------------------------------------------------------------------------------
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
@@ -155,21 +163,20 @@ class IGemmConv(KernelFamily):
         if p.dtype not in ("bf16", "fp16"):
             return f"conv_igemm runs on the matrix units in bf16/fp16 only, not {p.dtype}"
         vec = c["vec"]
-        needs = {"conv2d_fwd": ("Cg",), "conv2d_bwd_data": ("Kg", "Cg"),
-                 "conv2d_bwd_weight": ("Kg", "Cg")}[p.op]
-        for name in needs:
+        for name in VECTOR_CHANNELS[p.op]:
             value = p.c_per_group if name == "Cg" else p.k_per_group
             if value % vec:
                 return (f"{name}={value} is not a multiple of vec={vec} "
                         f"({vec * ELEMENT_BYTES}-byte loads along the channels)")
-        if self.grid_z(instance, p) > GRID_Z_LIMIT:
-            return f"grid z = {self.grid_z(instance, p)} over the {GRID_Z_LIMIT} limit"
-        if self.grid(instance, p)[0] > 2**31 - 1:
+        grid_z = self.grid_z(instance, p)
+        if grid_z > GRID_Z_LIMIT:
+            return f"grid z = {grid_z} over the {GRID_Z_LIMIT} limit"
+        if self.tiles(instance, p) > 2**31 - 1:
             return "too many tiles for grid x"
         m, n, _ = p.gemm
-        tiles = TILES[p.op]
-        for dim, size, tile, smallest in (("M", m, c["block_m"], min(t[0] for t in tiles)),
-                                          ("N", n, c["block_n"], min(t[1] for t in tiles))):
+        small_m, small_n = SMALLEST[p.op]
+        for dim, size, tile, smallest in (("M", m, c["block_m"], small_m),
+                                          ("N", n, c["block_n"], small_n)):
             if tile > smallest and tile >= 4 * size:  # a smaller tile of the space covers it
                 return (f"block_{dim.lower()}={tile} is 4x or more the GEMM {dim}={size}: "
                         f"mostly idle work, a smaller tile covers it")
