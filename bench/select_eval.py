@@ -2,8 +2,8 @@
 
 For each operator (--ops) of one arch/dtype of a database, or of recordings (--recording FILE
 [FILE...]: their rows are loaded into a scratch SQLite database under the recorded GPU's
-environment, as `farm import-recording` does; the standard sweep's networks are the held-out
-folds, the training sweep's generated shapes only ever train):
+environment, as `farm import-recording` does; only shapes of jobs/networks are ever held
+out, every other shape trains or validates):
   * leave-one-network-out (--folds networks, the default): one model per network of
     jobs/networks with every shape of that network held out; the held-out choices of all folds
     pooled into one efficiency table (mean, median, P10, min, top-1, top-5, top-k efficiency),
@@ -19,8 +19,7 @@ Writes bench/results/select_eval.json (--out to write elsewhere).
 A model trained on SYNTHETIC data (environment named "SYNTHETIC ...", or --seed-synthetic) is
 labelled so in the output: its efficiencies are not measured results.
 
-Usage: python -m bench.select_eval --recording jobs/recordings/h100-standard.parquet
-           jobs/recordings/h100-synthetic.parquet
+Usage: python -m bench.select_eval --recording jobs/recordings/h100-*.parquet
            [--ops conv2d_fwd conv2d_bwd_data conv2d_bwd_weight] [--timing-rows 100000]
        python -m bench.select_eval --db URL [--ops conv2d_fwd] [--arch sm_90] [--dtype bf16]
            [--rows 100000] [--shapes 1000] [--folds networks|default] [--seed-synthetic N]
