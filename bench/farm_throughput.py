@@ -40,7 +40,7 @@ from kernels.registry import get_family
 
 
 def compile_cold(specs, target: str, folder: Path) -> dict:
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
         compiles = Compiles(target, str(folder))
         instances = {i.key: i for s in specs for i in select_instances(load_spec(s).spec)}
@@ -60,7 +60,7 @@ def compile_cold(specs, target: str, folder: Path) -> dict:
 
 
 def measure(specs, gpus: int, cache: Path, workdir: Path, record: Path | None = None) -> dict:
-    ray.init(num_gpus=gpus, num_cpus=os.cpu_count(), include_dashboard=False,
+    ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count(), include_dashboard=False,
              log_to_driver=False)
     try:
         store = open_store(f"sqlite:///{workdir / f'farm-{gpus}gpu.db'}")

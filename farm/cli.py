@@ -232,7 +232,7 @@ def dashboard(address: Annotated[str, typer.Option(
               port: Annotated[int, typer.Option(help="Port to serve on")] = 8501,
               db: DbOption = None) -> None:
     """Serve the dashboard (Streamlit, read-only) on http://ADDRESS:PORT."""
-    import subprocess
+    from farm import serve
 
     page = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
     if not page.is_file():
@@ -240,10 +240,12 @@ def dashboard(address: Annotated[str, typer.Option(
         raise typer.Exit(1)
     env = {**os.environ, **({"FARM_DB_URL": db} if db else {})}
     out.print(f"dashboard of {describe(db or default_url())} on http://{address}:{port}")
-    raise typer.Exit(subprocess.call(
+    # Streamlit runs as our child: signals to this process stop it, and it dies with us
+    status = serve.run_owned(
         [sys.executable, "-m", "streamlit", "run", str(page), "--server.address", address,
          "--server.port", str(port), "--server.headless", "true",
-         "--browser.gatherUsageStats", "false"], env=env))
+         "--browser.gatherUsageStats", "false"], env=env)
+    serve.exit_like(status)
 
 
 def _cluster_commands() -> None:

@@ -46,7 +46,7 @@ def ray_cluster(tmp_path_factory):
 
     before = os.environ.get("FARM_CODE_CACHE")
     os.environ["FARM_CODE_CACHE"] = before or str(tmp_path_factory.getbasetemp() / "code-cache")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
     if before is None:

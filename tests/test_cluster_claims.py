@@ -20,41 +20,62 @@ from tests.cluster_support import (MEDIUM, SMALL, assert_complete_exactly_once, 
 PAST = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
 
 
-def _holder(store, job_id):
-    return dict(store.running_claims())[job_id]
+def _claim(store, claimer, stale_before=PAST, dead=(), limit=100, **kw):
+    claim = store.claim_problems(claimer, stale_before, dead, limit, **kw)
+    return None if claim is None else claim.job_id
 
 
-def test_concurrent_claims_take_each_job_once(db_url, tmp_path):
+def test_concurrent_claims_take_each_problem_once(db_url, tmp_path):
     store = open_store(db_url, migrate=True)
     jobs = [submit(store, spec(f"j{i}", {**SMALL, "N": [i + 1]}, priority=i % 3), tmp_path)
             for i in range(8)]
-    assert store.claim_job("first", PAST) == jobs[2]  # highest priority, then oldest
+    first = store.claim_problems("first", PAST, limit=3)
+    assert first.job_id == jobs[2] and len(first.problem_ids) == 3  # highest priority, oldest
     with ThreadPoolExecutor(8) as pool:
-        claims = list(pool.map(lambda i: [store.claim_job(f"c{i}", PAST) for _ in range(3)],
-                               range(8)))
-    taken = [job for per in claims for job in per if job is not None]
-    assert sorted(taken) == sorted(set(jobs) - {jobs[2]})  # each of the rest exactly once
+        claims = list(pool.map(lambda i: [store.claim_problems(f"c{i}", PAST, limit=3)
+                                          for _ in range(4)], range(8)))
+    taken = [(c.job_id, p) for per in claims for c in per if c is not None
+             for p in c.problem_ids]
+    assert len(taken) == len(set(taken)) == 8 * 8 - 3  # every other problem exactly once
+    assert {store.job(j).status for j in jobs} == {"running"}
     twin = submit(store, spec("j0", {**SMALL, "N": [1]}), tmp_path)
-    assert store.claim_job("c", PAST) is None  # it shares its pairs with running job j0
-    store.finish_job(jobs[0], _holder(store, jobs[0]), "done")
-    assert store.claim_job("c", PAST) == twin
+    assert _claim(store, "c") is None  # it shares its problems with running job j0
+    holders = store.running_claims()
+    assert set(holders) == {"first"} | {f"c{i}" for i in range(8)} - {
+        f"c{i}" for i, per in enumerate(claims) if not any(per)}
+    store.cancel_job(jobs[0])  # its claims end with it
+    assert _claim(store, "c", limit=2) == twin
 
 
-def test_stale_or_dead_claimers_lose_their_jobs(db_url, tmp_path):
+def test_problems_finish_a_shared_job_and_stale_or_dead_claims_are_taken(db_url, tmp_path):
     store = open_store(db_url, migrate=True)
-    job = submit(store, spec("stale"), tmp_path)
-    assert store.claim_job("alive:1:a", PAST) == job
-    assert store.claim_job("other:2:b", PAST) is None  # held and fresh
-    assert store.claim_job("other:2:b", utcnow() + dt.timedelta(seconds=1)) == job  # stale
-    with pytest.raises(JobStopped, match="claimed by other:2:b"):
-        store.record_results(job, "alive:1:a", [], 1, 0)  # the old holder can write nothing
+    job = submit(store, spec("stale"), tmp_path)  # 8 problems
+    a = store.claim_problems("alive:1:a", PAST, limit=5)
+    b = store.claim_problems("other:2:b", PAST, limit=5)
+    assert (len(a.problem_ids), len(b.problem_ids)) == (5, 3)  # two coordinators share it
+    assert _claim(store, "third:3:c") is None  # every problem is held and fresh
+    stale = store.claim_problems("other:2:b", utcnow() + dt.timedelta(seconds=1), limit=8)
+    assert set(a.problem_ids) < set(stale.problem_ids)  # all went silent: b takes a's too
+    with pytest.raises(JobStopped, match="taken over"):
+        store.record_results(job, "alive:1:a", [], 1, 0, held=5)  # a can write nothing
+    assert store.job(job).done_pairs == 0
+    store.release_problems(job, "other:2:b")
+    assert store.job(job).status == "queued"  # nobody holds it: back in the queue
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     claimer = f"{os.uname().nodename}:{dead.pid}:x"
-    store.finish_job(job, "other:2:b", "queued")
-    assert store.claim_job(claimer, PAST) == job
+    assert len(store.claim_problems(claimer, PAST, limit=8).problem_ids) == 8
     assert dead_claimers(store.running_claims()) == [claimer]
-    assert store.claim_job("new:3:c", PAST, dead_claimers(store.running_claims())) == job
+    taken = store.claim_problems("new:3:c", PAST, dead_claimers(store.running_claims()), 8)
+    assert taken.job_id == job and len(taken.problem_ids) == 8
+    finished = dict.fromkeys(taken.problem_ids[:7], 2)
+    assert not store.record_results(job, "new:3:c", [], 3, 1, finished=finished, held=8)
+    assert store.record_results(job, "new:3:c", [], 0, 0, finished={taken.problem_ids[7]: 0},
+                                held=1)  # the last problem finishes the job
+    summary = store.job(job)
+    assert (summary.status, summary.done_pairs, summary.failed_pairs,
+            summary.cached_pairs) == ("done", 3, 1, 14)
+    assert store.jobs_with_open_problems() == []
 
 
 def _run_farm(db_url, gcs, rec, *args):
@@ -87,9 +108,11 @@ def test_a_killed_coordinator_is_resumed_without_measuring_twice(db_url, tmp_pat
     assert after == before  # the pairs finished before the kill were left alone
 
 
-def test_two_coordinators_never_measure_the_same_pair(db_url, tmp_path, ray_cluster):
-    """Three jobs, two coordinators: each job runs once; the two jobs that share their pairs
-    never run at the same time, so the later one finds them cached."""
+def test_two_coordinators_share_jobs_and_never_measure_the_same_pair(db_url, tmp_path,
+                                                                     ray_cluster):
+    """Three jobs, two coordinators: both work on each job, by problems; the two jobs that
+    share their pairs never measure a problem at the same time, so the later one finds its
+    pairs cached."""
     store = open_store(db_url, migrate=True)
     data = spec("pair", MEDIUM)
     rec = recording({**data, "problems": [{"generate": {**MEDIUM, "N": [1, 2]}}]}, tmp_path)
@@ -102,9 +125,13 @@ def test_two_coordinators_never_measure_the_same_pair(db_url, tmp_path, ray_clus
     for thread, _ in runs:
         thread.join(180)
         assert not thread.is_alive()
-    outcomes = [o for _, found in runs for o in found]
-    assert sorted(o.job_id for o in outcomes) == sorted(jobs)  # each job ran once
     for job in jobs:
         assert_complete_exactly_once(store, job)
+        mine = [o for _, found in runs for o in found if o.job_id == job]
+        assert {o.status for o in mine} <= {"done", "shared"}
+        assert sum(o.measured for o in mine) == store.job(job).done_pairs + \
+            store.job(job).failed_pairs
+    first = [sum(o.measured for o in found if o.job_id == jobs[0]) for _, found in runs]
+    assert min(first) > 0, first  # both coordinators measured the first job
     assert store.count_rows("measurements") == 2 * 72
     assert sorted(store.job(j).cached_pairs for j in (jobs[0], jobs[2])) == [0, 72]

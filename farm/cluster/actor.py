@@ -1,11 +1,14 @@
 """The measure actor: one persistent process per GPU (or a replay stand-in) that measures
-batches of one problem's pairs and streams each result back as it is made.
+batches of one problem's pairs and streams the results back as they are made.
 
-measure_batch is a Ray generator: the coordinator receives every pair's row the moment it is
-measured, so it always knows which pair is in flight. When the worker raises DeviceLost (the
-context is gone: illegal address, hang), the batch yields the failing pair's row, then a
-{"lost": ...} marker, and ends; the process exits shortly after (os._exit) and Ray restarts it
-(max_restarts=-1). The coordinator resends the batch's remaining pairs.
+measure_batch is a Ray generator that yields lists of rows: the rows measured since the last
+yield, at least every CHUNK_S (each row at once when the batch is `careful`), so the
+coordinator's cost is per chunk, not per pair, and it still knows which pairs are done. When
+the worker raises DeviceLost (the context is gone: illegal address, hang), the batch yields the
+rows so far, the failing pair's row and a {"lost": ...} marker, and ends; the process exits
+shortly after (os._exit) and Ray restarts it (max_restarts=-1). The coordinator resends the
+batch's remaining pairs, `careful`, so a process that dies without a word is blamed on the
+right pair.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from farm.timing import TimingPolicy
 from kernels.family import Instance
 
 EXIT_GRACE_S = 2.0  # time for the last rows to reach the coordinator before the process exits
+CHUNK_S = 0.05  # a chunk of rows goes back at least this often
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,9 @@ class MeasureActor:
                 "lost": self.lost}
 
     def measure_batch(self, problem: Any, instances: list[Instance], policy: TimingPolicy,
-                      modules: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
-        """Yield {"key": instance key, **PairResult.row()} per pair, in order. Ends early with
+                      modules: tuple[str, ...] = (),
+                      careful: bool = False) -> Iterator[list[dict[str, Any]]]:
+        """Yield lists of {"key": instance key, **PairResult.row()}, in order. Ends early with
         {"lost": message} after a fatal fault, or {"error": message, "key": key or None} when
         the worker raised anything else (key: the pair it was on; None: the problem itself)."""
         if self.lost:
@@ -88,13 +94,20 @@ class MeasureActor:
                 current[:] = [instance]
                 yield instance
 
+        chunk: list[dict[str, Any]] = []
+        sent = time.monotonic()
         try:
             for instance, result in self.worker.measure_problem(problem, feed(), policy):
-                yield {"key": instance.key, **result.row()}
+                chunk.append({"key": instance.key, **result.row()})
+                if careful or time.monotonic() - sent >= CHUNK_S:
+                    yield chunk
+                    chunk, sent = [], time.monotonic()
         except DeviceLost as exc:
             self.lost = True
             threading.Timer(EXIT_GRACE_S, os._exit, (1,)).start()
-            yield {"lost": str(exc)}
+            chunk.append({"lost": str(exc)})
         except Exception as exc:  # noqa: BLE001 - a worker bug must not lose the batch
             text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            yield {"error": text, "key": current[0].key if current else None}
+            chunk.append({"error": text, "key": current[0].key if current else None})
+        if chunk:
+            yield chunk

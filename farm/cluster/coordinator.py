@@ -1,13 +1,14 @@
-"""The coordinator (`farm run`): connects to Ray, keeps one measure actor per GPU, claims queued
-jobs by priority and runs them one at a time (farm/cluster/jobrun.py).
+"""The coordinator (`farm run`): connects to Ray, keeps one measure actor per GPU, claims
+queued or running jobs by priority, a few problems at a time, and measures them
+(farm/cluster/jobrun.py).
 
-Claims are safe between coordinators: a job is taken with a conditional UPDATE (compare and
-swap; on PostgreSQL after SELECT ... FOR UPDATE SKIP LOCKED), the holder renews its claim
-(jobs.updated_at) every heartbeat_s, and it writes rows only in transactions that check it still
-holds the job. A running job whose holder is dead is reclaimable: silent for stale_after_s, or
-at once when the holder ran on this host and its process is gone (claimed_by is
-host:pid:nonce). The new holder resumes it: the rows the job already wrote count as finished,
-so no finished pair is measured twice.
+Several coordinators share the queue and each job: problems are claimed under one lock, a
+holder renews its claims with every write (at least every heartbeat_s) and writes only while it
+holds them (farm/store/claims.py). A coordinator that stops gives its unfinished problems back;
+one that died leaves claims that are taken over once silent for stale_after_s, or at once when
+it ran on this host and its process is gone (claimed_by is host:pid:nonce). The new holder
+resumes them: the rows already written count as finished, so no finished pair is measured
+twice.
 
 Selection models are retrained in the background (farm/cluster/retrain.py): after each job an
 operator/arch/dtype whose data grew 20% since its model (or, with retrain_every_s, whose model is
@@ -36,7 +37,7 @@ from farm.cluster.pairs import plan_job
 from farm.cluster.pool import ActorPool
 from farm.cluster.retrain import Retrainer, task_url
 from farm.recording import find_recordings, recording_meta
-from farm.store import JobStopped, Queries
+from farm.store import JobStopped, ProblemClaim, Queries
 from farm.store.models import utcnow
 
 
@@ -44,7 +45,8 @@ from farm.store.models import utcnow
 class JobOutcome:
     job_id: int
     name: str
-    status: str  # done | failed | cancelled | stopped (taken over)
+    status: str  # done | failed | cancelled | shared (other coordinators hold the rest of its
+    # problems) | stopped (this coordinator's claims were taken over)
     total: int
     done: int
     failed: int
@@ -68,10 +70,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def dead_claimers(claims: list[tuple[int, str]]) -> list[str]:
-    """Claimers of running jobs that ran on this host in a process that no longer exists."""
+def dead_claimers(claimers: list[str]) -> list[str]:
+    """Claimers that ran on this host in a process that no longer exists."""
     dead = []
-    for _, claimer in claims:
+    for claimer in claimers:
         host, _, rest = (claimer or "").partition(":")
         pid = rest.partition(":")[0]
         if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
@@ -87,7 +89,7 @@ def connect_ray(address: str | None = None) -> None:
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
 
 
 class Coordinator:
@@ -165,22 +167,25 @@ class Coordinator:
             compiles.cancel()
         self.store.stop_workers(self.claimer)
 
-    def claim(self, only: list[int] | None = None) -> int | None:
+    def claim(self, only: list[int] | None = None, job_id: int | None = None,
+              limit: int | None = None) -> ProblemClaim | None:
         stale = utcnow() - dt.timedelta(seconds=self.config.stale_after_s)
-        return self.store.claim_job(self.claimer, stale,
-                                    dead_claimers(self.store.running_claims()), only)
+        limit = limit or max(4, 2 * len(self.pool.slots) * self.config.batches_per_actor)
+        return self.store.claim_problems(self.claimer, stale,
+                                         dead_claimers(self.store.running_claims()), limit,
+                                         only=only, job_id=job_id)
 
     def run(self, until_idle: bool = False, max_jobs: int | None = None,
             only: list[int] | None = None) -> list[JobOutcome]:
-        """Serve the queue (or only these jobs): forever, or until it is empty and the trainings
-        it started are registered (until_idle), or max_jobs ran."""
+        """Serve the queue (or only these jobs): forever, or until nothing is left to claim and
+        the trainings it started are registered (until_idle), or max_jobs ran."""
         outcomes: list[JobOutcome] = []
         self.start()
         try:
             while max_jobs is None or len(outcomes) < max_jobs:
-                job_id = self.claim(only)
-                if job_id is not None:
-                    outcomes.append(self.run_job(job_id))
+                claim = self.claim(only)
+                if claim is not None:
+                    outcomes.append(self.run_job(claim))
                     if self.retrainer is not None:
                         self.retrainer.poll(check=True)  # the job's data may make one due
                     continue
@@ -199,9 +204,9 @@ class Coordinator:
         return outcomes
 
     def _waiting(self, only: list[int] | None) -> bool:
-        """Queued jobs that wait for a running job sharing their problems (until_idle waits)."""
-        return any(j.status == "queued" and (only is None or j.id in only)
-                   for j in self.store.jobs(status="queued", limit=1000))
+        """Jobs with problems nobody holds that wait for a running job sharing them
+        (until_idle waits for those)."""
+        return any(only is None or j in only for j in self.store.jobs_with_open_problems())
 
     def _serving(self) -> tuple[str, str]:
         """The architecture this job runs on (all its GPUs share it) and its compile target."""
@@ -218,8 +223,9 @@ class Coordinator:
         arch = self.config.arch or Counter(s.arch for s in ready).most_common(1)[0][0]
         return arch, next(s.info["target"] for s in ready if s.arch == arch)
 
-    def run_job(self, job_id: int) -> JobOutcome:
-        begin = time.monotonic()
+    def run_job(self, claim: ProblemClaim) -> JobOutcome:
+        """Measure the claimed problems of a job, and more of its problems while any is left."""
+        begin, job_id = time.monotonic(), claim.job_id
         job = self.store.job(job_id)
         run: JobRun | None = None
         status, error = "done", None
@@ -230,31 +236,29 @@ class Coordinator:
                 self.compiles[target] = Compiles(target, self.config.code_cache,
                                                  self.config.compile_timeout_s, self.code_db)
             run = JobRun(self.store, self.pool, self.compiles[target], plan, self.claimer,
-                         arch, self.config, self.reporter)
+                         arch, self.config, self.reporter,
+                         lambda limit: self.claim(job_id=job_id, limit=limit), claim)
             if self.retrainer is not None:
                 run.background = self.retrainer.poll
             self.environment_ids.update(self.pool.environment_ids(arch))
             run.run()
-            self.store.finish_job(job_id, self.claimer, "done")
         except JobStopped:
-            status = self.store.job(job_id).status
-            status = "cancelled" if status == "cancelled" else "stopped"
+            status = "stopped"
+            if run is not None:
+                run.abandon(release=False)
         except (KeyboardInterrupt, NoWorkers):
             if run is not None:
-                run.abandon()
-            try:
-                self.store.finish_job(job_id, self.claimer, "queued")  # for the next one
-            except JobStopped:
-                pass
+                run.abandon(release=False)
+            self.store.release_problems(job_id, self.claimer)  # for the next coordinator
             raise
         except Exception as exc:  # noqa: BLE001 - the job fails with the reason, the farm goes on
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc}"
+            if run is not None:
+                run.abandon(release=False)
             try:
-                self.store.finish_job(job_id, self.claimer, "failed", error=error)
+                self.store.fail_job(job_id, error)
             except JobStopped:
-                status = "stopped"
-        if run is not None and status != "done":
-            run.abandon()
+                pass
         for slot in self.pool.slots:
             slot.job_id, slot.measuring, slot.changed = None, None, True
             if slot.environment_id is not None:
@@ -262,7 +266,11 @@ class Coordinator:
         if run is not None:
             run.store_workers(force=True)
         summary = self.store.job(job_id)
-        self.reporter.job_finished(job_id, status, error or "")
+        if summary.status in ("done", "failed", "cancelled"):
+            status = summary.status
+        elif status != "stopped":
+            status = "shared"  # other coordinators hold the rest of its problems
+        self.reporter.job_finished(job_id, status, error or summary.error or "")
         return JobOutcome(job_id=job_id, name=job.name, status=status,
                           total=summary.total_pairs, done=summary.done_pairs,
                           failed=summary.failed_pairs, cached=summary.cached_pairs,

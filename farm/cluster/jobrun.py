@@ -1,13 +1,16 @@
-"""One claimed job, run to the end: compile its instances, send batches of one problem's pairs
-to the ready actors (a bounded number in flight per actor), take each pair's row as it streams
-back, and write the rows in batched transactions that also advance the job's counters.
+"""One coordinator's share of a job: claim a few of its problems at a time, compile their
+instances, send batches of one problem's pairs to the ready actors (a bounded number in flight
+per actor), take the rows as they stream back in chunks, and write them in batched
+transactions that also advance the job's counters, renew the claims and mark finished
+problems done (farm/store/claims.py). It ends when no problem of the job is left to claim.
 
 Faults. The pair in flight on an actor is the first of its oldest batch whose row has not come
 back. A row with launch_error or timeout, an actor that died (RayActorError) or one silent past
 the deadline (hang_factor * policy.timeout_s + hang_slack_s; killed with ray.kill and
 restarted) is a failed attempt of that pair; the rest of the actor's batches go back to the
-queue. A pair is retried until it fails the same way twice (or three times in all), and only
-its final result is written, so every pair is recorded exactly once.
+queue, and the pairs of a problem that saw a fault are sent `careful` (each row streamed alone)
+from then on. A pair is retried until it fails the same way twice (or three times in all), and
+only its final result is written, so every pair is recorded exactly once.
 """
 
 from __future__ import annotations
@@ -20,84 +23,122 @@ import ray
 from ray.exceptions import RayActorError
 
 from farm.cluster.compiling import CompileOutcome, Compiles
-from farm.cluster.config import CoordinatorConfig, NoWorkers, Reporter
+from farm.cluster.config import CoordinatorConfig, Reporter
 from farm.cluster.pairs import JobPlan, Pair, finished
 from farm.cluster.pool import ActorPool, Batch, Slot
-from farm.store import SETTLED_STATES, Queries
+from farm.store import SETTLED_STATES, ProblemClaim, Queries
 from kernels.registry import get_family
 
 RETRIED_STATES = ("launch_error", "timeout")
 MAX_ATTEMPTS = 3
 NONE = CompileOutcome(ok=True, log="nothing to compile")  # a library call (the vendor family)
+CLAIM_RETRY_S = 2.0  # how often a run with no claimable problem left asks again
+
+Claimer = Callable[[int], ProblemClaim | None]  # limit -> problems of this job, or None
 
 
 class JobRun:
     def __init__(self, store: Queries, pool: ActorPool, compiles: Compiles, plan: JobPlan,
-                 claimer: str, arch: str, config: CoordinatorConfig, reporter: Reporter):
+                 claimer: str, arch: str, config: CoordinatorConfig, reporter: Reporter,
+                 claim: Claimer, first: ProblemClaim) -> None:
         self.store, self.pool, self.compiles, self.plan = store, pool, compiles, plan
         self.claimer, self.arch, self.config, self.reporter = claimer, arch, config, reporter
-        self.pending: dict[int, list[int]] = {p: [] for p in plan.problems}
+        self.claim, self.first = claim, first
+        self.pending: dict[int, list[int]] = {}  # held problem -> kernels ready to send
+        self.open_pairs: dict[int, int] = {}  # held problem -> pairs not yet final
+        self.cached: dict[int, int] = {}  # held problem -> pairs another job measured
+        self.unsettled: dict[int, int] = defaultdict(int)  # problem -> pairs awaiting compiles
+        self.careful: set[int] = set()  # problems whose pairs go one row at a time
+        self.finished: dict[int, int] = {}  # problems to mark done at the next write
         self.waiting: dict[str, list[Pair]] = defaultdict(list)  # compile identity -> pairs
+        self.compiled: dict[int, tuple[str | None, CompileOutcome | None]] = {}
         self.attempts: dict[Pair, list[str]] = {}
         self.rows: list[dict] = []
         self.delta = [0, 0]  # done, failed not yet written
-        self.counts = [0, 0, 0]  # done, failed, cached written
-        self.open = 0
-        self.measured = 0  # rows written by this run (for the rate)
+        self.measured = 0  # rows written by this run
+        self.job_done = False  # this run's last write finished the job
         self.last_flush = self.last_beat = self.last_sync = self.last_workers = time.monotonic()
+        self.next_claim = 0.0
         self.deadline_s = plan.policy.timeout_s * config.hang_factor + config.hang_slack_s
         self.unserved_since: float | None = None  # when the job last had no actor at all
         self.background: Callable[[], None] | None = None  # called every tick (retraining)
+        self.policy_row = {"policy": plan.policy.model_dump()}
 
-    # Setup -----------------------------------------------------------------------------
+    # Claims ----------------------------------------------------------------------------
     def start(self) -> None:
-        environments = self.pool.environment_ids(self.arch)
-        self.environment_id = environments[0]  # for rows no actor made (compile errors)
-        progress = finished(self.store, self.plan, environments)
-        self.counts = [progress.done, progress.failed, progress.cached]
-        self.open = len(progress.todo)
-        self.store.heartbeat(self.plan.job_id, self.claimer, total_pairs=len(self.plan.pairs),
-                             done_pairs=progress.done, failed_pairs=progress.failed,
-                             cached_pairs=progress.cached)
+        self.environments = self.pool.environment_ids(self.arch)
+        self.environment_id = self.environments[0]  # for rows no actor made (compile errors)
+        self.store.heartbeat(self.plan.job_id, self.claimer, total_pairs=len(self.plan.pairs))
+        job = self.store.job(self.plan.job_id)
+        self.counts = [job.done_pairs, job.failed_pairs, job.cached_pairs]
         self.reporter.job_started(self.plan.job_id, self.plan.name, len(self.plan.pairs),
                                   sum(self.counts))
-        compiles: dict[int, tuple[str | None, CompileOutcome | None]] = {}
-        for pair in progress.todo:
-            reason = self._unsupported(pair)
-            if reason:
-                self._final(pair, {"status": "unsupported", "message": reason,
-                                   "policy": self.plan.policy.model_dump()})
-                continue
-            if pair[1] not in compiles:
-                instance = self.plan.instances[pair[1]]
-                compiles[pair[1]] = (self.compiles.request(instance)
-                                     if get_family(instance.family).compiled else (None, NONE))
-            self._compiled(pair, *compiles[pair[1]])
+        self.take(self.first.problem_ids)
 
-    def _unsupported(self, pair: Pair) -> str | None:
-        """Why a compiled instance cannot serve the pair's problem (a shape rule, checked here
-        so the pair never reaches a GPU); a library family's answer depends on the worker's
-        installed libraries, so its worker checks it."""
+    def want(self) -> int:
+        """Problems to hold: enough to keep every ready actor's batches full."""
+        return max(4, 2 * len(self.pool.ready(self.arch)) * self.config.batches_per_actor)
+
+    def top_up(self, now: float) -> None:
+        """Claim more of the job's problems when fewer than half of want() are left."""
+        if now < self.next_claim or len(self.open_pairs) > self.want() // 2:
+            return
+        claim = self.claim(self.want() - len(self.open_pairs))
+        if claim is None:
+            self.next_claim = now + CLAIM_RETRY_S
+        else:
+            self.take(claim.problem_ids)
+
+    def take(self, problem_ids: tuple[int, ...]) -> None:
+        """Start on newly claimed problems: settle what is known, compile, queue the rest."""
+        progress = finished(self.store, self.plan, self.environments, problem_ids)
+        todo: dict[int, list[int]] = {p: [] for p in problem_ids}
+        for problem_id, kernel_id in progress.todo:
+            todo[problem_id].append(kernel_id)
+        for problem_id, kernel_ids in todo.items():
+            self.cached[problem_id] = progress.cached[problem_id]
+            self.open_pairs[problem_id] = len(kernel_ids)
+            self.pending[problem_id] = []
+            if not kernel_ids:
+                self._problem_finished(problem_id)
+            for kernel_id in kernel_ids:
+                self._start_pair((problem_id, kernel_id))
+
+    def _start_pair(self, pair: Pair) -> None:
         instance = self.plan.instances[pair[1]]
         family = get_family(instance.family)
-        return family.applicable(instance, self.plan.problems[pair[0]]) if family.compiled \
-            else None
+        if family.compiled:
+            reason = family.applicable(instance, self.plan.problems[pair[0]])
+            if reason:  # a shape rule, checked here so the pair never reaches a GPU
+                self._final(pair, {"status": "unsupported", "message": reason,
+                                   **self.policy_row})
+                return
+            if pair[1] not in self.compiled:
+                self.compiled[pair[1]] = self.compiles.request(instance)
+        else:  # a library family's answer depends on the worker's libraries: it checks
+            self.compiled[pair[1]] = (None, NONE)
+        self._compiled(pair, *self.compiled[pair[1]])
 
     def _compiled(self, pair: Pair, key: str | None, outcome: CompileOutcome | None) -> None:
         """Queue a pair whose instance compiled, record its compile error, or let it wait."""
         if outcome is None:
             self.waiting[key].append(pair)
+            self.unsettled[pair[0]] += 1
         elif outcome.ok is False:
             self._final(pair, {"status": "compile_error", "message": outcome.log,
-                               "policy": self.plan.policy.model_dump()})
+                               **self.policy_row})
         else:
             self.pending[pair[0]].append(pair[1])
 
     # The loop --------------------------------------------------------------------------
     def run(self) -> None:
-        """Measure every open pair; JobStopped if the job is cancelled or taken over."""
+        """Measure the job's problems until none is left to claim; JobStopped if the job is
+        cancelled or this coordinator's claims were taken over."""
         self.start()
-        while self.open > 0:
+        while True:
+            self.top_up(time.monotonic())
+            if not self.open_pairs and (self.next_claim > time.monotonic() or self.job_done):
+                break
             self.tick()
         self.flush(force=True)
 
@@ -105,6 +146,8 @@ class JobRun:
         now = time.monotonic()
         for key, outcome in self.compiles.poll():
             for pair in self.waiting.pop(key, []):
+                self.unsettled[pair[0]] -= 1
+                self.compiled[pair[1]] = (key, outcome)
                 self._compiled(pair, key, outcome)
         if now - self.last_sync >= self.config.sync_s:
             self.last_sync = now
@@ -118,7 +161,7 @@ class JobRun:
         waitables += list(self.compiles.running)
         if waitables:
             ray.wait(waitables, num_returns=1, timeout=0.2)
-        else:
+        elif self.open_pairs:
             time.sleep(0.05)
         for slot in list(self.pool.slots):
             self.drain(slot)
@@ -130,7 +173,9 @@ class JobRun:
 
     def _check_served(self, now: float) -> None:
         """Give up (NoWorkers) when no actor of the job's architecture has been alive for
-        start_timeout_s: the cluster lost its GPUs. The job goes back to the queue."""
+        start_timeout_s: the cluster lost its GPUs. The problems go back to the queue."""
+        from farm.cluster.config import NoWorkers
+
         if any(s.arch in (None, self.arch) for s in self.pool.slots):
             self.unserved_since = None
         elif self.unserved_since is None:
@@ -139,25 +184,37 @@ class JobRun:
             raise NoWorkers(f"no measure actor of {self.arch} for "
                             f"{self.config.start_timeout_s:g} s")
 
+    def _next_problem(self, idle: bool) -> int | None:
+        """A problem with pairs to send: one whose compiles are all known (a full batch), or,
+        for an idle actor, any."""
+        fallback = None
+        for problem_id, kernel_ids in self.pending.items():
+            if kernel_ids:
+                if not self.unsettled[problem_id] or len(kernel_ids) >= self.config.max_batch:
+                    return problem_id
+                fallback = fallback or problem_id
+        return fallback if idle else None
+
     def dispatch(self) -> None:
         for slot in self.pool.ready(self.arch):
             slot.job_id = self.plan.job_id
             while len(slot.batches) < self.config.batches_per_actor:
-                problem_id = next((p for p, ks in self.pending.items() if ks), None)
+                problem_id = self._next_problem(idle=not slot.batches)
                 if problem_id is None:
                     return
-                self.pending[problem_id].sort(key=self._measure_order)
-                kernel_ids = self.pending[problem_id][:self.config.max_batch]
-                del self.pending[problem_id][:len(kernel_ids)]
+                pending = self.pending[problem_id]
+                pending.sort(key=self._measure_order)
+                kernel_ids = pending[:self.config.max_batch]
+                del pending[:len(kernel_ids)]
                 instances = [self.plan.instances[k] for k in kernel_ids]
                 modules = tuple(sorted({type(get_family(i.family)).__module__
                                         for i in instances}))
+                careful = problem_id in self.careful
                 gen = slot.actor.measure_batch.remote(self.plan.problems[problem_id],
-                                                      instances, self.plan.policy, modules)
+                                                      instances, self.plan.policy, modules,
+                                                      careful)
                 slot.batches.append(Batch(problem_id, kernel_ids, gen))
                 slot.changed = True
-                if len(slot.batches) == 1:
-                    self._show(slot)
 
     def _measure_order(self, kernel_id: int) -> int:
         return get_family(self.plan.instances[kernel_id].family).measure_order
@@ -184,34 +241,37 @@ class JobRun:
             self._requeue(batch.problem_id, batch.unanswered())
             if slot.batches:
                 slot.batches[0].since = time.monotonic()
-            self._show(slot)
+            slot.changed = True
 
-    def _take(self, slot: Slot, batch: Batch, item: dict) -> bool:
+    def _take(self, slot: Slot, batch: Batch, chunk: list[dict]) -> bool:
+        """Take one chunk of a batch's rows; False if the slot was restarted."""
         batch.since = time.monotonic()
-        if "lost" in item:  # the process lost its GPU context and exits: restart it now
-            self._requeue_slot(slot)
-            self.pool.restart(slot, kill=True)
-            return False
-        if "error" in item:  # the worker raised: the pair it was on (or every pair) failed
-            hit = batch.unanswered() if item["key"] is None else batch.unanswered()[:1]
-            for kernel_id in hit:
-                self._attempt((batch.problem_id, kernel_id), {
-                    "environment_id": slot.environment_id, "status": "launch_error",
-                    "message": f"the measure worker raised {item['error']}"})
-            batch.received += len(hit)
-            return True
-        kernel_id = batch.kernel_ids[batch.received]
-        if self.plan.instances[kernel_id].key != item["key"]:
-            raise RuntimeError(f"row for {item['key']} where {kernel_id} was expected")
-        batch.received += 1
-        slot.pairs_done += 1
-        row = {k: v for k, v in item.items() if k != "key"}
-        row["environment_id"] = slot.environment_id
-        if row["status"] in RETRIED_STATES:
-            self._attempt((batch.problem_id, kernel_id), row)
-        else:
-            self._final((batch.problem_id, kernel_id), row)
-        self._show(slot)
+        for item in chunk:
+            if "lost" in item:  # the process lost its GPU context and exits: restart it now
+                self.careful.add(batch.problem_id)
+                self._requeue_slot(slot)
+                self.pool.restart(slot, kill=True)
+                return False
+            if "error" in item:  # the worker raised: the pair it was on (or every pair) failed
+                hit = batch.unanswered() if item["key"] is None else batch.unanswered()[:1]
+                for kernel_id in hit:
+                    self._attempt((batch.problem_id, kernel_id), {
+                        "environment_id": slot.environment_id, "status": "launch_error",
+                        "message": f"the measure worker raised {item['error']}"})
+                batch.received += len(hit)
+                continue
+            kernel_id = batch.kernel_ids[batch.received]
+            if self.plan.instances[kernel_id].key != item.pop("key"):
+                raise RuntimeError(f"a row came back out of order where {kernel_id} was due")
+            batch.received += 1
+            item["environment_id"] = slot.environment_id
+            if item["status"] in RETRIED_STATES:
+                self.careful.add(batch.problem_id)
+                self._attempt((batch.problem_id, kernel_id), item)
+            else:
+                self._final((batch.problem_id, kernel_id), item)
+        slot.pairs_done += len(chunk)
+        slot.changed = True
         return True
 
     def check_deadlines(self) -> None:
@@ -220,6 +280,7 @@ class JobRun:
             if slot.batches and now - slot.batches[0].since > self.deadline_s:
                 head = slot.batches[0]
                 if head.unanswered():
+                    self.careful.add(head.problem_id)
                     self._attempt((head.problem_id, head.unanswered()[0]), {
                         "environment_id": slot.environment_id, "status": "timeout",
                         "message": f"no result within {self.deadline_s:g} s; the measure "
@@ -233,6 +294,7 @@ class JobRun:
         """The actor's process died without a word: the pair in flight failed, once."""
         for batch in slot.batches:
             if batch.unanswered():
+                self.careful.add(batch.problem_id)
                 self._attempt((batch.problem_id, batch.unanswered()[0]), {
                     "environment_id": slot.environment_id, "status": "launch_error",
                     "message": f"the measure process died during this pair ({reason})"})
@@ -252,11 +314,20 @@ class JobRun:
             self._requeue(pair[0], [pair[1]])
 
     def _final(self, pair: Pair, row: dict) -> None:
-        self.rows.append({**row, "problem_id": pair[0], "kernel_id": pair[1],
-                          "job_id": self.plan.job_id,
-                          "environment_id": row.get("environment_id") or self.environment_id})
+        row["problem_id"], row["kernel_id"], row["job_id"] = pair[0], pair[1], self.plan.job_id
+        if not row.get("environment_id"):
+            row["environment_id"] = self.environment_id
+        self.rows.append(row)
         self.delta[0 if row["status"] in SETTLED_STATES else 1] += 1
-        self.open -= 1
+        self.open_pairs[pair[0]] -= 1
+        if self.open_pairs[pair[0]] == 0:
+            self._problem_finished(pair[0])
+
+    def _problem_finished(self, problem_id: int) -> None:
+        self.finished[problem_id] = self.cached.pop(problem_id)
+        del self.open_pairs[problem_id], self.pending[problem_id]
+        self.unsettled.pop(problem_id, None)
+        self.careful.discard(problem_id)
 
     def _requeue(self, problem_id: int, kernel_ids: list[int]) -> None:
         if kernel_ids:
@@ -272,44 +343,60 @@ class JobRun:
         slot.batches.clear()
         slot.changed = True
 
-    def abandon(self) -> None:
-        """Stop: cancel what is in flight (a running batch stops after its current pair)."""
+    def abandon(self, release: bool = True) -> None:
+        """Stop: cancel what is in flight (a running batch stops after its current pair) and,
+        if `release`, give the unfinished problems back for another coordinator."""
         for slot in self.pool.slots:
             self._requeue_slot(slot)
             slot.job_id, slot.measuring = None, None
         self.compiles.cancel()
+        if release:
+            self.store.release_problems(self.plan.job_id, self.claimer)
 
     # Writes ----------------------------------------------------------------------------
+    def held(self) -> int:
+        """The claims this run holds in the database (finished problems until written)."""
+        return len(self.open_pairs) + len(self.finished)
+
     def flush(self, force: bool = False) -> None:
         now = time.monotonic()
-        if self.rows and (force or len(self.rows) >= self.config.flush_rows
-                          or now - self.last_flush >= self.config.flush_s):
-            self.store.record_results(self.plan.job_id, self.claimer, self.rows, *self.delta)
+        if (self.rows or self.finished) and (
+                force or len(self.rows) >= self.config.flush_rows
+                or now - self.last_flush >= self.config.flush_s):
+            cached = sum(self.finished.values())
+            self.job_done |= self.store.record_results(
+                self.plan.job_id, self.claimer, self.rows, *self.delta, finished=self.finished,
+                held=self.held())
             self.measured += len(self.rows)
             self.counts[0] += self.delta[0]
             self.counts[1] += self.delta[1]
-            self.rows, self.delta = [], [0, 0]
+            self.counts[2] += cached
+            self.rows, self.delta, self.finished = [], [0, 0], {}
             self.last_flush = self.last_beat = now
             self.reporter.job_progress(self.plan.job_id, *self.counts)
         elif now - self.last_beat >= self.config.heartbeat_s:
-            self.store.heartbeat(self.plan.job_id, self.claimer)
+            self.store.heartbeat(self.plan.job_id, self.claimer, held=self.held())
             self.last_beat = now
-
-    def _show(self, slot: Slot) -> None:
-        slot.changed = True
-        head = slot.batches[0] if slot.batches else None
-        if head is None or not head.unanswered():
-            slot.measuring = None
-            return
-        instance = self.plan.instances[head.unanswered()[0]]
-        slot.measuring = (f"job {self.plan.job_id}: {instance.name} on "
-                          f"{self.plan.problems[head.problem_id].label()}")
 
     def store_workers(self, force: bool = False) -> None:
         """Write the workers' states for `farm workers` (at most once a second)."""
         now = time.monotonic()
         if force or now - self.last_workers >= 1.0:
             self.last_workers = now
+            for slot in self.pool.slots:
+                self._show(slot)
             rows = self.pool.worker_rows(force)
             if rows:
                 self.store.save_workers(rows)
+
+    def _show(self, slot: Slot) -> None:
+        """What the slot is measuring now, for `farm workers`."""
+        head = slot.batches[0] if slot.batches else None
+        if head is None or not head.unanswered():
+            measuring = None
+        else:
+            instance = self.plan.instances[head.unanswered()[0]]
+            measuring = (f"job {self.plan.job_id}: {instance.name} on "
+                         f"{self.plan.problems[head.problem_id].label()}")
+        if measuring != slot.measuring:
+            slot.measuring, slot.changed = measuring, True

@@ -33,12 +33,13 @@ class JobPlan:
 
 @dataclass(frozen=True)
 class Progress:
-    """Pairs already finished: measured by this job before (done, failed) or by another job in
-    the same environment (cached); `todo` is the rest, in job order."""
+    """Pairs of some problems of a job that are finished already: measured by this job before
+    (done, failed: a resumed problem) or by another job in the same environment (cached, per
+    problem); `todo` is the rest, in job order."""
 
     done: int
     failed: int
-    cached: int
+    cached: dict[int, int]
     todo: tuple[Pair, ...]
 
 
@@ -74,25 +75,32 @@ def plan_job(store: Queries, job_id: int) -> JobPlan:
                    policy=spec.timing, problems=problems, instances=by_id, pairs=pairs)
 
 
-def finished(store: Queries, plan: JobPlan, environment_ids: Iterable[int]) -> Progress:
-    """Split the plan's pairs into finished and to do. A pair this job measured earlier (a
-    resumed job) counts as done or failed; one another job measured counts as cached, unless
-    it was `not_recorded` by a replay (a newer recording may have it)."""
+def finished(store: Queries, plan: JobPlan, environment_ids: Iterable[int],
+             problem_ids: Iterable[int] | None = None) -> Progress:
+    """Split the pairs of these problems (default: all the plan's) into finished and to do. A
+    pair this job measured earlier counts as done or failed; one another job measured counts as
+    cached, unless it was `not_recorded` by a replay (a newer recording may have it)."""
+    problems = list(plan.problems if problem_ids is None else problem_ids)
     own: dict[Pair, str] = {}
     other: set[Pair] = set()
-    for kernel_id, problem_id, status, job_id in store.finished_pairs(plan.problems,
-                                                                      environment_ids):
+    for kernel_id, problem_id, status, job_id in store.finished_pairs(problems, environment_ids):
         if job_id == plan.job_id:
             own[(problem_id, kernel_id)] = status
         elif status != "not_recorded":
             other.add((problem_id, kernel_id))
-    done = failed = cached = 0
+    done = failed = 0
+    cached = dict.fromkeys(problems, 0)
     todo = []
-    for pair in plan.pairs:
-        if pair in own:
-            done, failed = (done + 1, failed) if own[pair] in SETTLED_STATES else (done, failed + 1)
-        elif pair in other:
-            cached += 1
-        else:
-            todo.append(pair)
+    for problem_id in problems:
+        for kernel_id in plan.instances:
+            pair = (problem_id, kernel_id)
+            if pair in own:
+                if own[pair] in SETTLED_STATES:
+                    done += 1
+                else:
+                    failed += 1
+            elif pair in other:
+                cached[problem_id] += 1
+            else:
+                todo.append(pair)
     return Progress(done=done, failed=failed, cached=cached, todo=tuple(todo))

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 import platformdirs
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
-
 
 class DatabaseError(RuntimeError):
     """The database cannot be used: unreachable, unmigrated, or a bad URL."""
+
+
+def migrations_dir() -> Path:
+    """The Alembic environment: the top-level `migrations` package installed with the farm."""
+    try:
+        root = resources.files("migrations")
+    except ModuleNotFoundError:
+        raise DatabaseError("the farm's migrations are not installed: reinstall kernel-farm "
+                            "(its wheel ships the top-level package `migrations`)") from None
+    if not isinstance(root, Path) or not (root / "env.py").is_file():
+        raise DatabaseError(f"the package `migrations` at {root} is not the farm's Alembic "
+                            "environment (another package of that name shadows it)")
+    return root
 
 
 def default_url() -> str:
@@ -76,7 +88,7 @@ def alembic_config(engine: Engine):
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", str(migrations_dir()))
     config.attributes["connection_engine"] = engine
     return config
 

@@ -1,4 +1,4 @@
-"""The database schema as SQLAlchemy 2 models. Migrations in farm/store/migrations/ must match it exactly."""
+"""The database schema as SQLAlchemy 2 models. Migrations in migrations/ must match it exactly."""
 
 from __future__ import annotations
 
@@ -117,15 +117,24 @@ class Job(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+PROBLEM_STATES = ("open", "claimed", "done")
+
+
 class JobProblem(Base):
-    """The problems of a job, in the order the spec gave them."""
+    """The problems of a job, in the order the spec gave them. Each is also the unit that
+    coordinators claim: open, claimed (by claimed_by, renewed at updated_at) or done, so several
+    coordinators share one job's problems."""
 
     __tablename__ = "job_problems"
+    __table_args__ = (Index("ix_job_problems_job_state", "job_id", "state"),)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"),
                                         primary_key=True)
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True,
                                             index=True)
     position: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), server_default="open")
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    updated_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class MeasurementFields:

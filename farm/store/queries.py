@@ -8,27 +8,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, exists, func, select, update
+from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, aliased, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from farm.problems import CONV_FIELDS, ConvProblem
+from farm.store.claims import ClaimQueries, JobStopped, ProblemClaim  # noqa: F401
+from farm.store.writes import MEASUREMENT_FIELDS, write_measurements
 from farm.store.models import (FAILED_STATES, JOB_STATES, MEASUREMENT_STATES,  # noqa: F401
                                SETTLED_STATES, Artifact, Environment, Job, JobProblem, Kernel, Measurement,
                                MeasurementHistory, Model, Problem, Worker, utcnow)
 
-MEASUREMENT_FIELDS = ("status", "median_us", "min_us", "max_us", "p90_us", "samples", "spread",
-                      "tflops", "gbps", "verify_error", "message", "policy", "telemetry")
-CLAIM_LOCK = 0x6661726D  # PostgreSQL advisory lock key that serializes job claims ("farm")
 _PROBLEM_COLUMNS = {f: f.lower() if len(f) == 1 else f for f in CONV_FIELDS}
 
 
 class NotFound(LookupError):
     """A job, model or row that the caller named does not exist."""
-
-
-class JobStopped(RuntimeError):
-    """A coordinator's claim on a job ended: it was cancelled or another coordinator took it."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +82,7 @@ class TimingFilter:
     limit: int | None = None
 
 
-class Queries:
+class Queries(ClaimQueries):
     """The farm's database operations, one method each, over one engine."""
 
     def __init__(self, engine: Engine) -> None:
@@ -120,12 +115,10 @@ class Queries:
                       status="queued")
             session.add(job)
             session.flush()
-            seen: set[int] = set()
-            for position, problem_id in enumerate(ids):
-                if problem_id not in seen:
-                    seen.add(problem_id)
-                    session.add(JobProblem(job_id=job.id, problem_id=problem_id,
-                                           position=position))
+            first = {problem_id: position for position, problem_id in reversed(list(
+                enumerate(ids)))}
+            session.execute(insert(JobProblem.__table__), [
+                {"job_id": job.id, "problem_id": p, "position": i} for p, i in first.items()])
             return job.id
 
     def _summary(self, session: Session, job: Job) -> JobSummary:
@@ -176,6 +169,9 @@ class Queries:
             if job.status in ("queued", "running"):
                 job.status = "cancelled"
                 job.finished_at = job.updated_at = utcnow()
+                session.execute(update(JobProblem).where(
+                    JobProblem.job_id == job_id, JobProblem.state == "claimed")
+                    .values(state="open", claimed_by=None))
             return self._summary(session, job)
 
     def set_job_state(self, job_id: int, status: str, error: str | None = None,
@@ -191,6 +187,9 @@ class Queries:
             values["finished_at"] = utcnow()
         with self.session.begin() as session:
             session.execute(update(Job).where(Job.id == job_id).values(**values))
+            if status == "done":
+                session.execute(update(JobProblem).where(JobProblem.job_id == job_id)
+                                .values(state="done", claimed_by=None))
 
     def count_rows(self, table: str) -> int:
         """Rows in one of the farm's tables (for checks and summaries)."""
@@ -235,85 +234,9 @@ class Queries:
     def record_measurements(self, rows: Sequence[dict[str, Any]]) -> None:
         """Insert or replace measurements in one transaction; replaced rows go to history."""
         with self.session.begin() as session:
-            _write_measurements(session, rows)
+            write_measurements(session, rows)
 
-    # The coordinator's queue: claims, heartbeats, guarded writes, workers --------------------
-    def running_claims(self) -> list[tuple[int, str]]:
-        """(job id, claimed_by) of every running job."""
-        with self.session() as session:
-            return [tuple(r) for r in session.execute(
-                select(Job.id, Job.claimed_by).where(Job.status == "running"))]
-
-    def claim_job(self, claimer: str, stale_before: dt.datetime,
-                  dead_claimers: Sequence[str] = (),
-                  only: Sequence[int] | None = None) -> int | None:
-        """Take the queued job of highest priority (oldest first), or a running one whose
-        coordinator is dead or silent since `stale_before` (of `only` these jobs if given);
-        None when there is none. A job sharing a problem with another running job waits, so
-        two coordinators never measure one pair at once. Safe between coordinators: the
-        conditional UPDATE takes a job only if it is still claimable (compare and swap),
-        inside SQLite's write lock or, on PostgreSQL, a transaction-scoped advisory lock."""
-        mine, theirs, other = aliased(JobProblem), aliased(JobProblem), aliased(Job)
-        overlapping = exists().where(mine.job_id == Job.id, theirs.problem_id == mine.problem_id,
-                                     theirs.job_id == other.id, other.status == "running",
-                                     other.id != Job.id)
-        claimable = ((Job.status == "queued") | ((Job.status == "running") & (
-            (Job.updated_at < stale_before) | Job.claimed_by.in_(list(dead_claimers)))))
-        claimable = claimable & ~overlapping
-        if only is not None:
-            claimable = claimable & Job.id.in_(list(only))
-        while True:  # a lost race means another coordinator took that job: try the next
-            with self.session.begin() as session:
-                if session.bind.dialect.name == "postgresql":  # one claim at a time
-                    session.execute(select(func.pg_advisory_xact_lock(CLAIM_LOCK)))
-                job_id = session.scalar(select(Job.id).where(claimable)
-                                        .order_by(Job.priority.desc(), Job.id).limit(1)
-                                        .with_for_update(skip_locked=True))
-                if job_id is None:
-                    return None
-                now = utcnow()
-                taken = session.execute(update(Job).where(Job.id == job_id, claimable).values(
-                    status="running", claimed_by=claimer, updated_at=now, finished_at=None,
-                    started_at=func.coalesce(Job.started_at, now)))
-                if taken.rowcount == 1:
-                    return job_id
-
-    def _guard(self, session: Session, job_id: int, claimer: str, **values: Any) -> None:
-        """Update a job this coordinator holds; JobStopped if it no longer does."""
-        done = session.execute(update(Job).where(
-            Job.id == job_id, Job.claimed_by == claimer, Job.status == "running")
-            .values(updated_at=utcnow(), **values))
-        if done.rowcount != 1:
-            job = session.get(Job, job_id)
-            why = ("deleted" if job is None else job.status if job.status != "running"
-                   else f"claimed by {job.claimed_by}")
-            raise JobStopped(f"job {job_id} is {why}")
-
-    def heartbeat(self, job_id: int, claimer: str, **counters: int) -> None:
-        """Say the claimer is alive (and set counters); JobStopped if the claim has ended."""
-        with self.session.begin() as session:
-            self._guard(session, job_id, claimer, **counters)
-
-    def record_results(self, job_id: int, claimer: str, rows: Sequence[dict[str, Any]],
-                       done: int, failed: int) -> None:
-        """Write a job's measurements and advance its counters in one transaction, only
-        while `claimer` holds the job (JobStopped otherwise, and nothing is written)."""
-        with self.session.begin() as session:
-            self._guard(session, job_id, claimer, done_pairs=Job.done_pairs + done,
-                        failed_pairs=Job.failed_pairs + failed)
-            _write_measurements(session, rows)
-
-    def finish_job(self, job_id: int, claimer: str, status: str,
-                   error: str | None = None) -> None:
-        """End a held job: done or failed; `queued` hands it back (finished pairs stay)."""
-        values: dict[str, Any] = {"status": status, "error": error}
-        if status == "queued":
-            values["claimed_by"] = None
-        else:
-            values["finished_at"] = utcnow()
-        with self.session.begin() as session:
-            self._guard(session, job_id, claimer, **values)
-
+    # Workers and job problems ------------------------------------------------------------
     def job_problem_ids(self, job_id: int) -> list[tuple[int, ConvProblem]]:
         with self.session() as session:
             rows = session.scalars(select(Problem).join(JobProblem)
@@ -469,35 +392,6 @@ def _retry_race(insert: Any) -> Any:
         return insert()
     except IntegrityError:
         return insert()
-
-
-def _write_measurements(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    for row in rows:
-        if row["status"] not in MEASUREMENT_STATES:
-            raise ValueError(f"unknown measurement status {row['status']!r}")
-    if not rows:
-        return
-    found = session.scalars(select(Measurement).where(
-        Measurement.problem_id.in_({r["problem_id"] for r in rows}),
-        Measurement.kernel_id.in_({r["kernel_id"] for r in rows}),
-        Measurement.environment_id.in_({r["environment_id"] for r in rows})))
-    existing = {(m.kernel_id, m.problem_id, m.environment_id): m for m in found}
-    for row in rows:
-        old = existing.get((row["kernel_id"], row["problem_id"], row["environment_id"]))
-        if old is None:
-            new = Measurement(**row)
-            session.add(new)
-            existing[(row["kernel_id"], row["problem_id"], row["environment_id"])] = new
-            continue
-        if old.id is None:
-            session.flush()  # added earlier in this batch: it needs its id to be archived
-        session.add(MeasurementHistory(
-            measurement_id=old.id, kernel_id=old.kernel_id, problem_id=old.problem_id,
-            environment_id=old.environment_id, job_id=old.job_id, created_at=old.created_at,
-            **{f: getattr(old, f) for f in MEASUREMENT_FIELDS}))
-        for field, value in row.items():
-            setattr(old, field, value)
-        old.created_at = utcnow()
 
 
 def problem_record(row: Problem) -> ConvProblem:
