@@ -2,14 +2,16 @@
 that answer at once (no GPU time), so every second is the farm's own cost per row.
 
 For each database (SQLite; PostgreSQL with --pg-url, or a private server started from this
-machine's PostgreSQL binaries) and each number of replay actors: a fresh database, the three
-jobs of the standard sweep replayed from its recording (--recording), the compile cache warm.
-Prints rows per second (all the rows written, unsupported pairs settled by the coordinator included, and the
-replayed ok rows alone), the coordinator process's CPU time per row, and the number of GPUs at
-which a real sweep would saturate it (its ok rows per second over one GPU's verified rows per
-second in bench/results/farm_throughput.json).
+machine's PostgreSQL binaries), each number of replay actors and each code tree (this one, and
+with --baseline REF the farm at that git revision, side by side in the same run): a fresh
+database, the three jobs of the standard sweep replayed from its recording, in a fresh process
+with its own local Ray. Prints rows per second (all the rows written, unsupported pairs settled
+by the coordinator included, and the replayed ok rows alone), the coordinator process's CPU time
+per row, the machine's busy cores, and the number of GPUs at which a real sweep would saturate
+it (ok rows per second over one GPU's verified rows per second in
+bench/results/farm_throughput.json).
 Usage: python -m bench.coordinator_ceiling [--actors 1,2,4] [--pg-url URL] [--out DIR]
-           [--recording jobs/recordings/h100-standard.parquet]
+           [--baseline REF] [--repeats N] [--recording jobs/recordings/h100-standard.parquet]
 """
 
 from __future__ import annotations
@@ -18,39 +20,74 @@ import argparse
 import json
 import os
 import platform
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import ray
-
 from bench.common import RESULTS, write_result
+from farm.recording import RECORDINGS_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs in a fresh interpreter with the code tree under test first on sys.path; it uses only
+# the API that every revision of the farm has (submit, Coordinator, the standard sweep).
+DRIVER = r"""
+import json, sys, time
+url, recording, actors = sys.argv[1], sys.argv[2], int(sys.argv[3])
+import ray
 from farm import api
 from farm.cluster import Coordinator, CoordinatorConfig
 from farm.cluster.demo import STANDARD_SWEEP
-from farm.recording import RECORDINGS_DIR
 from farm.store import TimingFilter, open_store
 
+def busy():
+    with open("/proc/stat") as f:
+        cpu = [int(v) for v in f.readline().split()[1:]]
+    return sum(cpu) - cpu[3] - cpu[4], sum(cpu)
 
-def serve(url: str, recording: Path, actors: int) -> dict:
-    store = open_store(url, migrate=True)
-    jobs = [api.submit(spec, store) for spec in STANDARD_SWEEP]
-    ray.init(num_cpus=max(2, actors + 1), include_dashboard=False, log_to_driver=False)
-    try:
-        cpu0, wall0 = time.process_time(), time.monotonic()
-        outcomes = Coordinator(store, CoordinatorConfig(replay=str(recording),
-                                                         replay_actors=actors)).run(
-            until_idle=True, only=jobs)
-        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-    finally:
-        ray.shutdown()
-    seconds = sum(o.seconds for o in outcomes)
-    rows = sum(o.measured for o in outcomes)
-    ok = sum(len(store.timings(TimingFilter(job_id=j))) for j in jobs)
-    return {"actors": actors, "seconds": seconds, "rows": rows, "rows_per_s": rows / seconds,
-            "ok_rows": ok, "ok_rows_per_s": ok / seconds,
-            "coordinator_cpu_ms_per_row": 1000.0 * cpu / rows,
-            "wall_s_with_startup": wall, "statuses": [o.status for o in outcomes]}
+store = open_store(url, migrate=True)
+jobs = [api.submit(spec, store) for spec in STANDARD_SWEEP]
+ray.init(address="local", num_cpus=max(2, actors + 1), include_dashboard=False,
+         log_to_driver=False)
+try:
+    coordinator = Coordinator(store, CoordinatorConfig(replay=recording, replay_actors=actors))
+    cpu0, wall0, (b0, t0) = time.process_time(), time.monotonic(), busy()
+    outcomes = coordinator.run(until_idle=True, only=jobs)
+    cpu, wall, (b1, t1) = time.process_time() - cpu0, time.monotonic() - wall0, busy()
+finally:
+    ray.shutdown()
+seconds = sum(o.seconds for o in outcomes)
+rows = sum(o.measured for o in outcomes)
+ok = sum(len(store.timings(TimingFilter(job_id=j))) for j in jobs)
+print("RESULT " + json.dumps({
+    "seconds": seconds, "rows": rows, "rows_per_s": rows / seconds, "ok_rows": ok,
+    "ok_rows_per_s": ok / seconds, "coordinator_cpu_ms_per_row": 1000.0 * cpu / rows,
+    "busy_cores": (b1 - b0) / max(1, t1 - t0) * __import__("os").cpu_count(),
+    "wall_s_with_startup": wall, "statuses": sorted({o.status for o in outcomes})}))
+"""
+
+
+def serve(tree: Path, url: str, recording: Path, actors: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-c", DRIVER, url, str(recording), str(actors)],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the run in {tree} failed:\n{done.stdout[-3000:]}"
+                           f"\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def baseline_tree(ref: str, folder: Path) -> tuple[Path, str]:
+    """A checkout of the farm at `ref` (a detached git worktree), and its commit."""
+    commit = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    subprocess.run(["git", "worktree", "add", "--detach", str(folder), commit], cwd=ROOT,
+                   check=True, capture_output=True)
+    return folder, commit
 
 
 def gpu_rate() -> float | None:
@@ -66,46 +103,71 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--actors", default="1,2,4")
     parser.add_argument("--pg-url", default=os.environ.get("FARM_TEST_PG_URL"))
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--baseline", help="a git revision to measure side by side")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each configuration")
     parser.add_argument("--out")
     parser.add_argument("--recording", type=Path, default=RECORDINGS_DIR / "h100-standard.parquet",
                         help="a recording of the standard sweep")
     args = parser.parse_args()
-    recording = args.recording
+    recording = args.recording.resolve()
     if not recording.is_file():
         raise SystemExit(f"no recording {recording} to replay")
     server = None
-    databases = {}
     with tempfile.TemporaryDirectory() as tmp:
-        databases["sqlite"] = lambda: f"sqlite:///{tmp}/ceiling-{time.monotonic_ns()}.db"
-        pg_url = args.pg_url
-        if pg_url is None:
-            try:
-                from tests.pg_server import PgServer
-                server = PgServer()
-                server.start()
-            except (ImportError, RuntimeError, OSError) as exc:
-                print(f"no PostgreSQL: {exc}")
-                server = None
-        if server is not None:
-            databases["postgresql"] = server.create_database
-        elif pg_url:
-            databases["postgresql"] = lambda: pg_url
+        trees = {"current": (ROOT, "working tree")}
+        if args.baseline:
+            trees = {"baseline": baseline_tree(args.baseline, Path(tmp) / "baseline"), **trees}
+        databases = {"sqlite": lambda: f"sqlite:///{tmp}/ceiling-{time.monotonic_ns()}.db"}
+        if "postgresql" in args.databases:
+            if args.pg_url:
+                databases["postgresql"] = lambda: args.pg_url
+            else:
+                try:
+                    from tests.pg_server import PgServer
+                    server = PgServer()
+                    server.start()
+                    databases["postgresql"] = server.create_database
+                except (ImportError, RuntimeError, OSError) as exc:
+                    print(f"no PostgreSQL: {exc}")
+                    server = None
+        databases = {k: v for k, v in databases.items() if k in args.databases.split(",")}
         runs = []
         try:
             for name, make_url in databases.items():
                 for actors in (int(a) for a in args.actors.split(",")):
-                    run = {"database": name, **serve(make_url(), recording, actors)}
-                    print(run, flush=True)
-                    runs.append(run)
+                    for _ in range(args.repeats):
+                        for code, (tree, commit) in trees.items():  # alternate the trees
+                            run = {"database": name, "actors": actors, "code": code,
+                                   "commit": commit, **serve(tree, make_url(), recording, actors)}
+                            print({k: round(v, 3) if isinstance(v, float) else v
+                                   for k, v in run.items()}, flush=True)
+                            runs.append(run)
         finally:
             if server is not None:
                 server.stop()
+            if args.baseline:
+                subprocess.run(["git", "worktree", "remove", "--force", str(Path(tmp) /
+                                                                            "baseline")],
+                               cwd=ROOT, capture_output=True)
     rate = gpu_rate()
     figures = {"recording": recording.name, "runs": runs, "gpu_ok_rows_per_s": rate,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor()}}
+    summary = {}
+    for run in runs:
+        key = f"{run['database']} x{run['actors']} {run['code']}"
+        summary.setdefault(key, []).append(run["ok_rows_per_s"])
+    figures["ok_rows_per_s_median"] = {k: statistics.median(v) for k, v in summary.items()}
+    if args.baseline:
+        figures["speedup"] = {
+            k.replace(" current", ""): v / figures["ok_rows_per_s_median"][
+                k.replace("current", "baseline")]
+            for k, v in figures["ok_rows_per_s_median"].items() if k.endswith("current")}
+        print("speed-up over the baseline:", figures["speedup"])
     if rate:
-        figures["saturating_gpus"] = {f"{r['database']} x{r['actors']}":
-                                      r["ok_rows_per_s"] / rate for r in runs}
+        figures["gpu_ok_rows_per_s_basis"] = "ok_per_s_per_gpu of farm_throughput.json"
+        figures["saturating_gpus"] = {k: v / rate
+                                      for k, v in figures["ok_rows_per_s_median"].items()}
         print("GPUs that would saturate it:", figures["saturating_gpus"])
     path = write_result("coordinator_ceiling", {"name": f"{os.cpu_count()}-core CPU, replay"},
                         figures, args.out)

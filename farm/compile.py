@@ -46,6 +46,9 @@ class FolderCache:
         self.folder = Path(folder or os.environ.get("FARM_CODE_CACHE") or default)
         self.folder.mkdir(parents=True, exist_ok=True)
 
+    def contains(self, key: str) -> bool:
+        return (self.folder / f"{key}.json").is_file() and (self.folder / f"{key}.bin").is_file()
+
     def get(self, key: str) -> CompileResult | None:
         meta, code = self.folder / f"{key}.json", self.folder / f"{key}.bin"
         if not (meta.is_file() and code.is_file()):
@@ -111,3 +114,13 @@ def compile_source(source: str, defines: dict, target: str, cache: CodeCache | N
     if cache is not None:
         cache.put(key, result)
     return CompiledCode(key, result, cached=False)
+
+
+def compiled_already(source: str, defines: dict, target: str, cache: FolderCache) -> bool:
+    """Whether `cache` holds this compile's code object (nothing is compiled; False where
+    this process has no compiler for the target)."""
+    try:
+        compiler = get_compiler(target)
+        return cache.contains(cache_key(source, defines, OPTIONS, compiler, target))
+    except Exception:  # noqa: BLE001 - no compiler here: the compile tasks will tell
+        return False

@@ -164,7 +164,7 @@ class ConvProblem:
     def record(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    @property
+    @cached_property
     def key(self) -> str:
         """A hash of every field: two problems share it only if they are the same problem."""
         text = json.dumps(self.record(), sort_keys=True, separators=(",", ":"))

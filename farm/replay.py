@@ -47,15 +47,22 @@ class ReplayWorker:
         self.target = target_of({"arch": first.arch})
         self.pace_s, self.hang_s = pace_s, hang_s
         self._rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._policies: dict[str | None, dict[str, Any]] = {}
         for recording in loaded:
             for row in recording.frame.to_dict("records"):
                 problem = ConvProblem(op=row["operator"], dtype=row["dtype"],
                                       layout=row["layout"], **{f: int(row[f]) for f in CONV_FIELDS})
                 self._rows.setdefault((row["family"], row["instance"], problem.key), row)
 
+    def _policy(self, text: str | None) -> dict[str, Any]:
+        """A recorded policy, parsed once (rows share a few; read, never changed)."""
+        if text not in self._policies:
+            self._policies[text] = json.loads(text or "{}")
+        return self._policies[text]
+
     def _result(self, row: dict[str, Any]) -> PairResult:
         return PairResult(status=row["status"], message=cell(row["message"]),
-                          policy=json.loads(row["policy"] or "{}"),
+                          policy=self._policy(row["policy"]),
                           telemetry=json.loads(row["telemetry"] or "{}"),
                           **{f: cell(row[f]) for f in TIMING_FIELDS if f != "samples"},
                           samples=int(cell(row["samples"]) or 0))

@@ -33,7 +33,7 @@ class Instance:
         """The configuration as a dict, built once (shared: read it, do not change it)."""
         return dict(self.config)
 
-    @property
+    @cached_property
     def key(self) -> str:
         text = json.dumps([self.family, self.operator, self.dtype, self.config,
                            self.source_hash], sort_keys=True)

@@ -57,7 +57,7 @@ def test_problems_finish_a_shared_job_and_stale_or_dead_claims_are_taken(db_url,
     stale = store.claim_problems("other:2:b", utcnow() + dt.timedelta(seconds=1), limit=8)
     assert set(a.problem_ids) < set(stale.problem_ids)  # all went silent: b takes a's too
     with pytest.raises(JobStopped, match="taken over"):
-        store.record_results(job, "alive:1:a", [], 1, 0, held=5)  # a can write nothing
+        store.record_results(job, "alive:1:a", [], 1, 0, held=a.problem_ids)  # a writes nothing
     assert store.job(job).done_pairs == 0
     store.release_problems(job, "other:2:b")
     assert store.job(job).status == "queued"  # nobody holds it: back in the queue
@@ -69,9 +69,10 @@ def test_problems_finish_a_shared_job_and_stale_or_dead_claims_are_taken(db_url,
     taken = store.claim_problems("new:3:c", PAST, dead_claimers(store.running_claims()), 8)
     assert taken.job_id == job and len(taken.problem_ids) == 8
     finished = dict.fromkeys(taken.problem_ids[:7], 2)
-    assert not store.record_results(job, "new:3:c", [], 3, 1, finished=finished, held=8)
+    assert not store.record_results(job, "new:3:c", [], 3, 1, finished=finished,
+                                    held=taken.problem_ids)
     assert store.record_results(job, "new:3:c", [], 0, 0, finished={taken.problem_ids[7]: 0},
-                                held=1)  # the last problem finishes the job
+                                held=taken.problem_ids[7:])  # the last one finishes the job
     summary = store.job(job)
     assert (summary.status, summary.done_pairs, summary.failed_pairs,
             summary.cached_pairs) == ("done", 3, 1, 14)

@@ -75,7 +75,8 @@ class MeasureActor:
     def measure_batch(self, problem: Any, instances: list[Instance], policy: TimingPolicy,
                       modules: tuple[str, ...] = (),
                       careful: bool = False) -> Iterator[list[dict[str, Any]]]:
-        """Yield lists of {"key": instance key, **PairResult.row()}, in order. Ends early with
+        """Yield lists of {"key": instance key, **PairResult.row()}, in order, without the
+        policy where it is the batch's own. Ends early with
         {"lost": message} after a fatal fault, or {"error": message, "key": key or None} when
         the worker raised anything else (key: the pair it was on; None: the problem itself)."""
         if self.lost:
@@ -95,10 +96,13 @@ class MeasureActor:
                 yield instance
 
         chunk: list[dict[str, Any]] = []
-        sent = time.monotonic()
+        sent, base = time.monotonic(), policy.model_dump()
         try:
             for instance, result in self.worker.measure_problem(problem, feed(), policy):
-                chunk.append({"key": instance.key, **result.row()})
+                row = {"key": instance.key, **result.row()}
+                if row["policy"] == base:
+                    del row["policy"]  # the batch's policy: the coordinator knows it
+                chunk.append(row)
                 if careful or time.monotonic() - sent >= CHUNK_S:
                     yield chunk
                     chunk, sent = [], time.monotonic()

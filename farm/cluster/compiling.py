@@ -11,6 +11,7 @@ from typing import Any
 
 import ray
 
+from farm.compile import FolderCache, compiled_already
 from kernels.family import Instance
 from kernels.registry import get_family
 
@@ -54,16 +55,23 @@ class Compiles:
         the cluster's nodes share (None: the folders alone)."""
         self.target, self.cache_dir, self.timeout_s = target, cache_dir, timeout_s
         self.code_db = code_db
+        self.folder = FolderCache(cache_dir)
         self.outcomes: dict[str, CompileOutcome] = {}
         self.running: dict[Any, str] = {}  # task ref -> identity
         self._sources: dict[str, Any] = {}  # source hash -> ref of the source text
 
     def request(self, instance: Instance) -> tuple[str, CompileOutcome | None]:
-        """Start (or find) the compile of an instance: its identity and, if known, outcome."""
+        """Start (or find) the compile of an instance: its identity and, if known, outcome.
+        A code object in this node's folder cache needs no task (where the cluster shares an
+        artifacts table, every object in a node's folder is in the table too)."""
         key = identity(instance, self.target)
         if key in self.outcomes or key in self.running.values():
             return key, self.outcomes.get(key)
         family = get_family(instance.family)
+        if compiled_already(family.source(), family.defines(instance), self.target,
+                            self.folder):
+            self.outcomes[key] = CompileOutcome(ok=True, log="", cached=True)
+            return key, self.outcomes[key]
         if instance.source_hash not in self._sources:
             self._sources[instance.source_hash] = ray.put(family.source())
         ref = compile_task.remote(self._sources[instance.source_hash], family.defines(instance),

@@ -170,7 +170,7 @@ class Coordinator:
     def claim(self, only: list[int] | None = None, job_id: int | None = None,
               limit: int | None = None) -> ProblemClaim | None:
         stale = utcnow() - dt.timedelta(seconds=self.config.stale_after_s)
-        limit = limit or max(4, 2 * len(self.pool.slots) * self.config.batches_per_actor)
+        limit = limit or max(8, 4 * len(self.pool.slots) * self.config.batches_per_actor)
         return self.store.claim_problems(self.claimer, stale,
                                          dead_claimers(self.store.running_claims()), limit,
                                          only=only, job_id=job_id)
@@ -249,6 +249,10 @@ class Coordinator:
         except (KeyboardInterrupt, NoWorkers):
             if run is not None:
                 run.abandon(release=False)
+                try:
+                    run.write_out()
+                except JobStopped:
+                    pass
             self.store.release_problems(job_id, self.claimer)  # for the next coordinator
             raise
         except Exception as exc:  # noqa: BLE001 - the job fails with the reason, the farm goes on
@@ -259,6 +263,9 @@ class Coordinator:
                 self.store.fail_job(job_id, error)
             except JobStopped:
                 pass
+        finally:
+            if run is not None:
+                run.close()
         for slot in self.pool.slots:
             slot.job_id, slot.measuring, slot.changed = None, None, True
             if slot.environment_id is not None:

@@ -26,6 +26,7 @@ from farm.cluster.compiling import CompileOutcome, Compiles
 from farm.cluster.config import CoordinatorConfig, Reporter
 from farm.cluster.pairs import JobPlan, Pair, finished
 from farm.cluster.pool import ActorPool, Batch, Slot
+from farm.cluster.writer import ResultWriter, Write
 from farm.store import SETTLED_STATES, ProblemClaim, Queries
 from kernels.registry import get_family
 
@@ -56,19 +57,22 @@ class JobRun:
         self.rows: list[dict] = []
         self.delta = [0, 0]  # done, failed not yet written
         self.measured = 0  # rows written by this run
-        self.job_done = False  # this run's last write finished the job
+        self.writer: ResultWriter | None = None
         self.last_flush = self.last_beat = self.last_sync = self.last_workers = time.monotonic()
         self.next_claim = 0.0
         self.deadline_s = plan.policy.timeout_s * config.hang_factor + config.hang_slack_s
         self.unserved_since: float | None = None  # when the job last had no actor at all
         self.background: Callable[[], None] | None = None  # called every tick (retraining)
         self.policy_row = {"policy": plan.policy.model_dump()}
+        self.families = {k: get_family(i.family) for k, i in plan.instances.items()}
+        self.order = {k: f.measure_order for k, f in self.families.items()}
 
     # Claims ----------------------------------------------------------------------------
     def start(self) -> None:
         self.environments = self.pool.environment_ids(self.arch)
         self.environment_id = self.environments[0]  # for rows no actor made (compile errors)
         self.store.heartbeat(self.plan.job_id, self.claimer, total_pairs=len(self.plan.pairs))
+        self.writer = ResultWriter(self.store, self.plan.job_id, self.claimer)
         job = self.store.job(self.plan.job_id)
         self.counts = [job.done_pairs, job.failed_pairs, job.cached_pairs]
         self.reporter.job_started(self.plan.job_id, self.plan.name, len(self.plan.pairs),
@@ -76,8 +80,8 @@ class JobRun:
         self.take(self.first.problem_ids)
 
     def want(self) -> int:
-        """Problems to hold: enough to keep every ready actor's batches full."""
-        return max(4, 2 * len(self.pool.ready(self.arch)) * self.config.batches_per_actor)
+        """Problems to hold: enough to keep every ready actor's batches full for a while."""
+        return max(8, 4 * len(self.pool.ready(self.arch)) * self.config.batches_per_actor)
 
     def top_up(self, now: float) -> None:
         """Claim more of the job's problems when fewer than half of want() are left."""
@@ -105,8 +109,7 @@ class JobRun:
                 self._start_pair((problem_id, kernel_id))
 
     def _start_pair(self, pair: Pair) -> None:
-        instance = self.plan.instances[pair[1]]
-        family = get_family(instance.family)
+        instance, family = self.plan.instances[pair[1]], self.families[pair[1]]
         if family.compiled:
             reason = family.applicable(instance, self.plan.problems[pair[0]])
             if reason:  # a shape rule, checked here so the pair never reaches a GPU
@@ -137,10 +140,22 @@ class JobRun:
         self.start()
         while True:
             self.top_up(time.monotonic())
-            if not self.open_pairs and (self.next_claim > time.monotonic() or self.job_done):
+            if not self.open_pairs and (self.next_claim > time.monotonic()
+                                        or self.writer.job_done):
                 break
             self.tick()
         self.flush(force=True)
+        self.writer.wait()
+
+    def close(self) -> None:
+        """End the writer's thread (after the writes queued before)."""
+        if self.writer is not None:
+            self.writer.close()
+
+    @property
+    def job_done(self) -> bool:
+        """A write of this run finished the job."""
+        return self.writer is not None and self.writer.job_done
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -203,21 +218,18 @@ class JobRun:
                 if problem_id is None:
                     return
                 pending = self.pending[problem_id]
-                pending.sort(key=self._measure_order)
+                pending.sort(key=self.order.__getitem__)
                 kernel_ids = pending[:self.config.max_batch]
                 del pending[:len(kernel_ids)]
                 instances = [self.plan.instances[k] for k in kernel_ids]
-                modules = tuple(sorted({type(get_family(i.family)).__module__
-                                        for i in instances}))
+                modules = tuple(sorted({type(self.families[k]).__module__
+                                        for k in kernel_ids}))
                 careful = problem_id in self.careful
                 gen = slot.actor.measure_batch.remote(self.plan.problems[problem_id],
                                                       instances, self.plan.policy, modules,
                                                       careful)
                 slot.batches.append(Batch(problem_id, kernel_ids, gen))
                 slot.changed = True
-
-    def _measure_order(self, kernel_id: int) -> int:
-        return get_family(self.plan.instances[kernel_id].family).measure_order
 
     def drain(self, slot: Slot) -> None:
         """Take the rows that streamed back from a slot's batches, oldest batch first."""
@@ -265,6 +277,7 @@ class JobRun:
                 raise RuntimeError(f"a row came back out of order where {kernel_id} was due")
             batch.received += 1
             item["environment_id"] = slot.environment_id
+            item.setdefault("policy", self.policy_row["policy"])
             if item["status"] in RETRIED_STATES:
                 self.careful.add(batch.problem_id)
                 self._attempt((batch.problem_id, kernel_id), item)
@@ -353,20 +366,28 @@ class JobRun:
         if release:
             self.store.release_problems(self.plan.job_id, self.claimer)
 
+    def write_out(self) -> None:
+        """Write what was measured (before the problems are given back); JobStopped if the
+        claims ended meanwhile."""
+        if self.writer is not None and self.writer.thread.is_alive():
+            self.flush(force=True)
+            self.writer.wait()
+
     # Writes ----------------------------------------------------------------------------
-    def held(self) -> int:
-        """The claims this run holds in the database (finished problems until written)."""
-        return len(self.open_pairs) + len(self.finished)
+    def held(self) -> frozenset[int]:
+        """The problems this run holds in the database (finished ones until written)."""
+        return frozenset(self.open_pairs) | frozenset(self.finished)
 
     def flush(self, force: bool = False) -> None:
+        """Hand the rows to the writer (a full batch, or every flush_s), else a heartbeat."""
         now = time.monotonic()
+        self.writer.check()
         if (self.rows or self.finished) and (
                 force or len(self.rows) >= self.config.flush_rows
                 or now - self.last_flush >= self.config.flush_s):
             cached = sum(self.finished.values())
-            self.job_done |= self.store.record_results(
-                self.plan.job_id, self.claimer, self.rows, *self.delta, finished=self.finished,
-                held=self.held())
+            self.writer.submit(Write(self.rows, *self.delta, finished=self.finished,
+                                     held=self.held()))
             self.measured += len(self.rows)
             self.counts[0] += self.delta[0]
             self.counts[1] += self.delta[1]
@@ -375,7 +396,7 @@ class JobRun:
             self.last_flush = self.last_beat = now
             self.reporter.job_progress(self.plan.job_id, *self.counts)
         elif now - self.last_beat >= self.config.heartbeat_s:
-            self.store.heartbeat(self.plan.job_id, self.claimer, held=self.held())
+            self.writer.submit(Write([], 0, 0, held=self.held()))
             self.last_beat = now
 
     def store_workers(self, force: bool = False) -> None:

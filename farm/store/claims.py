@@ -18,7 +18,7 @@ never measure one pair at once. Locks are taken in one order, the job row before
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,9 +80,9 @@ class ClaimQueries:
             jobs = jobs & Job.id.in_(list(only))
         with self.session.begin() as session:
             self._claim_lock(session)
-            chosen = session.scalar(select(Job.id).join(JobProblem, JobProblem.job_id == Job.id)
-                                    .where(jobs, claimable)
-                                    .order_by(Job.priority.desc(), Job.id).limit(1))
+            chosen = session.scalar(select(Job.id).where(jobs, exists().where(
+                JobProblem.job_id == Job.id, claimable)).order_by(Job.priority.desc(), Job.id)
+                .limit(1))
             if chosen is None:
                 return None
             now = utcnow()
@@ -118,24 +118,27 @@ class ClaimQueries:
                 JobProblem.job_id == job_id, JobProblem.claimed_by == claimer,
                 JobProblem.state == "claimed")))
 
-    def _guard(self, session: Session, job_id: int, claimer: str, held: int | None,
-               **values: Any) -> None:
-        """Update a running job and renew the writer's claims on it; JobStopped if the job is
-        not running or the writer no longer holds all `held` claims."""
+    def _guard(self, session: Session, job_id: int, claimer: str,
+               held: Collection[int] | None, **values: Any) -> None:
+        """Update a running job and renew the writer's claims on it (those of `held`, or
+        all); JobStopped if the job is not running or the writer no longer holds all `held`."""
         now = utcnow()
         done = session.execute(update(Job).where(Job.id == job_id, Job.status == "running")
                                .values(updated_at=now, **values))
         if done.rowcount != 1:
             job = session.get(Job, job_id)
             raise JobStopped(f"job {job_id} is {'deleted' if job is None else job.status}")
-        renewed = session.execute(update(JobProblem).where(
-            JobProblem.job_id == job_id, JobProblem.claimed_by == claimer,
-            JobProblem.state == "claimed").values(updated_at=now)).rowcount
-        if held is not None and renewed != held:
-            raise JobStopped(f"job {job_id}: {held - renewed} of the {held} problems held by "
-                             f"{claimer} were taken over by another coordinator")
+        mine = (JobProblem.job_id == job_id) & (JobProblem.claimed_by == claimer) & (
+            JobProblem.state == "claimed")
+        if held is not None:
+            mine = mine & JobProblem.problem_id.in_(list(held))
+        renewed = session.execute(update(JobProblem).where(mine).values(updated_at=now))
+        if held is not None and renewed.rowcount != len(held):
+            raise JobStopped(f"job {job_id}: {len(held) - renewed.rowcount} of the {len(held)} "
+                             f"problems held by {claimer} were taken over by another "
+                             "coordinator")
 
-    def heartbeat(self, job_id: int, claimer: str, held: int | None = None,
+    def heartbeat(self, job_id: int, claimer: str, held: Collection[int] | None = None,
                   **counters: Any) -> None:
         """Say the claimer is alive (and set counters); JobStopped if its claim has ended."""
         with self.session.begin() as session:
@@ -143,8 +146,8 @@ class ClaimQueries:
 
     def record_results(self, job_id: int, claimer: str, rows: Sequence[dict[str, Any]],
                        done: int, failed: int, finished: Mapping[int, int] | None = None,
-                       held: int | None = None) -> bool:
-        """In one transaction, while `claimer` holds its `held` claims on the running job
+                       held: Collection[int] | None = None) -> bool:
+        """In one transaction, while `claimer` holds the `held` problems of the running job
         (JobStopped otherwise, and nothing is written): write measurement rows, advance the
         job's counters, and mark `finished` problems done (problem id -> its cached pairs, added
         to the job's count). True when this finished the job."""
