@@ -3,6 +3,7 @@ farm/cli.py)."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -40,6 +41,15 @@ def _config(ray_address, replay, replay_actors, replay_pace, arch, **more) -> Co
                              **more)
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM stops the coordinator as Ctrl-C does: its unfinished problems go back to the
+    queue for another coordinator (a container or service manager stops it this way)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def run(until_idle: Annotated[bool, typer.Option(
             "--until-idle", help="Return when the queue is empty (else serve new jobs)")] = False,
         job: Annotated[list[int], typer.Option("--job", help="Only these jobs")] = [],
@@ -71,6 +81,7 @@ def run(until_idle: Annotated[bool, typer.Option(
     with _errors():
         store = open_store(db)
     reporter = QuietReporter() if quiet else ProgressBars(err)
+    stop_on_sigterm()
     try:
         if quiet:
             outcomes = Coordinator(store, config, reporter).run(until_idle, only=job or None)
@@ -82,7 +93,7 @@ def run(until_idle: Annotated[bool, typer.Option(
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        err.print("interrupted: the job in progress went back to the queue")
+        err.print("interrupted: the problems in progress went back to the queue")
         raise typer.Exit(130) from None
     for o in outcomes:
         out.print(f"job {o.job_id} {o.name}: {o.status}, {o.done} ok or unsupported, "

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import socket
+import threading
 import time
 import uuid
 from collections import Counter
@@ -86,10 +88,14 @@ def connect_ray(address: str | None = None) -> None:
     if ray.is_initialized():
         return
     address = address or os.environ.get("FARM_RAY_ADDRESS")
+    main = threading.current_thread() is threading.main_thread()
+    on_sigterm = signal.getsignal(signal.SIGTERM) if main else None
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    if main and on_sigterm is not None:  # ray.init replaces it with an exit
+        signal.signal(signal.SIGTERM, on_sigterm)
 
 
 class Coordinator:

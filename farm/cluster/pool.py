@@ -2,7 +2,7 @@
 
 GPU mode: one actor per GPU of every live node (num_gpus=1, pinned to its node), created as
 nodes join, killed when their node leaves. Replay mode (no GPU): a fixed number of replay
-actors (num_gpus=0). Every actor has max_restarts=-1 and max_task_retries=0: Ray restarts a
+actors (num_gpus=0), spread over the cluster's nodes. Every actor has max_restarts=-1 and max_task_retries=0: Ray restarts a
 process that died, and the coordinator, not Ray, decides what to resend.
 
 A slot is ready once its describe() call answered from a live process; after a death or a kill
@@ -94,8 +94,8 @@ class ActorPool:
         if self.config.kind == "gpu":
             options["num_gpus"] = 1
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        else:
-            options["num_gpus"] = 0
+        else:  # replay actors stand in for the GPUs of several nodes: spread them out
+            options["num_gpus"], options["scheduling_strategy"] = 0, "SPREAD"
         actor = ray.remote(MeasureActor).options(**options).remote(self.config)
         self._count += 1
         slot = Slot(name=f"{self.coordinator}/{self._count}", actor=actor, node_id=node_id)
