@@ -9,7 +9,7 @@ with its own local Ray. Prints rows per second (all the rows written, unsupporte
 by the coordinator included, and the replayed ok rows alone), the coordinator process's CPU time
 per row, the machine's busy cores, and the number of GPUs at which a real sweep would saturate
 it (ok rows per second over one GPU's verified rows per second in
-bench/results/farm_throughput.json).
+bench/results/farm_throughput.json: the whole sweep, and the farm's own instances alone).
 Usage: python -m bench.coordinator_ceiling [--actors 1,2,4] [--pg-url URL] [--out DIR]
            [--baseline REF] [--repeats N] [--recording jobs/recordings/h100-standard.parquet]
 """
@@ -90,13 +90,17 @@ def baseline_tree(ref: str, folder: Path) -> tuple[Path, str]:
     return folder, commit
 
 
-def gpu_rate() -> float | None:
-    """Verified rows per second of one GPU on the standard sweep (the recorded benchmark)."""
+def gpu_rates() -> dict[str, float]:
+    """Verified rows per second of one GPU on the standard sweep (the recorded benchmark):
+    with the cuDNN baseline, and for the farm's own instances (the vendor's time taken out)."""
     path = RESULTS / "farm_throughput.json"
     if not path.exists():
-        return None
-    runs = json.loads(path.read_text())["figures"]["measure"]
-    return runs[0]["ok_per_s_per_gpu"]
+        return {}
+    run = json.loads(path.read_text())["figures"]["measure"][0]
+    vendor = run["by_family"]["vendor"]
+    return {"with_vendor": run["ok_per_s_per_gpu"],
+            "own_instances": (run["ok"] - vendor["ok"])
+            / (run["seconds"] - vendor["wall_s"] - vendor["setup_s"])}
 
 
 def main() -> None:
@@ -150,8 +154,8 @@ def main() -> None:
                 subprocess.run(["git", "worktree", "remove", "--force", str(Path(tmp) /
                                                                             "baseline")],
                                cwd=ROOT, capture_output=True)
-    rate = gpu_rate()
-    figures = {"recording": recording.name, "runs": runs, "gpu_ok_rows_per_s": rate,
+    rates = gpu_rates()
+    figures = {"recording": recording.name, "runs": runs, "gpu_ok_rows_per_s": rates,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor()}}
     summary = {}
     for run in runs:
@@ -164,11 +168,11 @@ def main() -> None:
                 k.replace("current", "baseline")]
             for k, v in figures["ok_rows_per_s_median"].items() if k.endswith("current")}
         print("speed-up over the baseline:", figures["speedup"])
-    if rate:
-        figures["gpu_ok_rows_per_s_basis"] = "ok_per_s_per_gpu of farm_throughput.json"
-        figures["saturating_gpus"] = {k: v / rate
-                                      for k, v in figures["ok_rows_per_s_median"].items()}
-        print("GPUs that would saturate it:", figures["saturating_gpus"])
+    for basis, rate in rates.items():
+        figures[f"saturating_gpus_{basis}"] = {
+            k: v / rate for k, v in figures["ok_rows_per_s_median"].items()}
+        print(f"GPUs that would saturate it ({basis}, {rate:.1f} ok rows/s per GPU):",
+              {k: round(v, 1) for k, v in figures[f"saturating_gpus_{basis}"].items()})
     path = write_result("coordinator_ceiling", {"name": f"{os.cpu_count()}-core CPU, replay"},
                         figures, args.out)
     print(f"wrote {path}")
