@@ -9,7 +9,9 @@
    rest is time the GPUs waited on the coordinator).
 3. Speed-up: measurements per second on all GPUs over those on one (target: 1.9 on 2 GPUs).
 With --record FILE, the one-GPU run's jobs are exported as a recording for the replay device.
-Usage: python -m bench.farm_throughput [--out DIR] [--spec FILE ...] [--gpus 1,2]
+With --nodes, each GPU is a Ray node of its own, started by `ray start` with that GPU alone
+visible (as on a cluster of one-GPU nodes), and the head node has none.
+Usage: python -m bench.farm_throughput [--out DIR] [--spec FILE ...] [--gpus 1,2] [--nodes]
        [--record jobs/recordings/h100-standard.parquet]
 """
 
@@ -37,10 +39,12 @@ from farm.specs import load_spec
 from farm.store import TimingFilter, open_store
 from farm.worker import target_of
 from kernels.registry import get_family
+from tests.ray_nodes import RayNodes
 
 
 def compile_cold(specs, target: str, folder: Path) -> dict:
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+             log_to_driver=False)
     try:
         compiles = Compiles(target, str(folder))
         instances = {i.key: i for s in specs for i in select_instances(load_spec(s).spec)}
@@ -59,9 +63,32 @@ def compile_cold(specs, target: str, folder: Path) -> dict:
             "instances_per_s_per_core": stats["instances"] / seconds / cores}
 
 
-def measure(specs, gpus: int, cache: Path, workdir: Path, record: Path | None = None) -> dict:
-    ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count(), include_dashboard=False,
-             log_to_driver=False)
+def gpu_nodes(gpus: int, cache: Path) -> RayNodes:
+    """A Ray cluster of one `ray start` node per GPU (each sees its GPU alone) and a head with
+    no GPU for the compile tasks; this process joins it."""
+    saved = Path("~/.ray/auth_token").expanduser()  # a Ray driver keeps the token it read
+    cluster = RayNodes(saved.read_text().strip() if saved.is_file() else None)
+    cluster.env["FARM_CODE_CACHE"] = str(cache)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    cores = os.cpu_count() or 2
+    cluster.start_head(cpus=max(1, cores // 2))
+    for i in range(gpus):
+        device = visible[i] if len(visible) > i and visible[i] else str(i)
+        cluster.add_node(f"gpu{i}", cpus=max(1, cores // (2 * gpus)), gpus=1,
+                         env={"CUDA_VISIBLE_DEVICES": device})
+    os.environ.update({k: cluster.env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")})
+    ray.init(address=cluster.address, log_to_driver=False)
+    return cluster
+
+
+def measure(specs, gpus: int, cache: Path, workdir: Path, record: Path | None = None,
+            nodes: bool = False) -> dict:
+    cluster = None
+    if nodes:
+        cluster = gpu_nodes(gpus, cache)
+    else:
+        ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count(),
+                 include_dashboard=False, log_to_driver=False)
     try:
         store = open_store(f"sqlite:///{workdir / f'farm-{gpus}gpu.db'}")
         jobs = [api.submit(s, store) for s in specs]
@@ -69,6 +96,8 @@ def measure(specs, gpus: int, cache: Path, workdir: Path, record: Path | None = 
             until_idle=True, only=jobs)
     finally:
         ray.shutdown()
+        if cluster is not None:
+            cluster.stop()
     seconds = sum(o.seconds for o in outcomes)  # from claim to finish: actor start excluded
     ok = timed_s = 0.0
     for job in jobs:
@@ -80,7 +109,8 @@ def measure(specs, gpus: int, cache: Path, workdir: Path, record: Path | None = 
                      f"bench/farm_throughput.py on {gpus} GPU(s)")
     costs = costs_by_family(recording)
     busy_s = sum(c["wall_s"] + c["setup_s"] for c in costs.values())
-    return {"gpus": gpus, "seconds": seconds, "pairs": sum(o.measured for o in outcomes),
+    return {"gpus": gpus, "ray": "one ray-start node per GPU" if nodes else "local",
+            "seconds": seconds, "pairs": sum(o.measured for o in outcomes),
             "ok": int(ok), "failed": sum(o.failed for o in outcomes),
             "ok_per_s_per_gpu": ok / seconds / gpus,
             "wall_over_timed": seconds * gpus / timed_s if timed_s else None,
@@ -108,6 +138,9 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--spec", action="append", type=Path)
     parser.add_argument("--gpus", default=None, help="GPU counts to compare, e.g. 1,2")
+    parser.add_argument("--nodes", action="store_true",
+                        help="run each GPU as a Ray node of its own (`ray start`, one GPU "
+                             "visible), as on a cluster, rather than one local Ray")
     parser.add_argument("--record", type=Path, help="write the first run's jobs here "
                                                    "(a recording for the replay device)")
     args = parser.parse_args()
@@ -124,7 +157,7 @@ def main() -> None:
         runs = []
         for gpus in dict.fromkeys(counts):
             runs.append(measure(specs, gpus, work / "code", work,
-                                args.record if not runs else None))
+                                args.record if not runs else None, args.nodes))
             print(f"{gpus} GPU(s):", runs[-1], flush=True)
     figures["measure"] = runs
     if len(runs) > 1:

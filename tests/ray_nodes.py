@@ -1,7 +1,7 @@
-"""A Ray cluster of several nodes on this machine, for the multi-node tests: a head and more
-nodes, each started by its own `ray start` on loopback, with token authentication on. Every
-process of the cluster is found through its session folder, so a node can be killed alone and
-the cluster stopped without touching any other Ray on the machine."""
+"""A Ray cluster of several nodes on this machine, for the multi-node tests and benchmarks: a
+head and more nodes, each started by its own `ray start` on loopback, with token authentication
+on. Every process of the cluster is found through its session folder, so a node can be killed
+alone and the cluster stopped without touching any other Ray on the machine."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,19 +36,21 @@ def _processes() -> dict[int, str]:
 
 
 class RayNodes:
-    def __init__(self, ray_bin: str) -> None:
-        self.ray = ray_bin
+    def __init__(self, token: str | None = None) -> None:
+        """token: the cluster's authentication token (default: a new one)."""
+        self.ray = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command
         self.root = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))  # short: socket paths
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
+                    "RAY_AUTH_TOKEN": token or secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
         self.nodes: list[str] = []
 
-    def _start(self, *args: str) -> None:
-        done = subprocess.run([self.ray, "start", "--node-ip-address=127.0.0.1", "--num-gpus=0",
-                               "--disable-usage-stats", *args], env=self.env,
-                              capture_output=True, text=True, timeout=120)
+    def _start(self, *args: str, gpus: int = 0, env: dict[str, str] | None = None) -> None:
+        done = subprocess.run([*self.ray, "start", "--node-ip-address=127.0.0.1",
+                               f"--num-gpus={gpus}", "--disable-usage-stats", *args],
+                              env={**self.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
@@ -57,8 +60,11 @@ class RayNodes:
                     "--node-name=head")
         self.nodes.append("head")
 
-    def add_node(self, name: str, cpus: int = 1) -> None:
-        self._start(f"--address={self.address}", f"--num-cpus={cpus}", f"--node-name={name}")
+    def add_node(self, name: str, cpus: int = 1, gpus: int = 0,
+                 env: dict[str, str] | None = None) -> None:
+        """Another node; `env` for its processes (CUDA_VISIBLE_DEVICES: the GPUs it owns)."""
+        self._start(f"--address={self.address}", f"--num-cpus={cpus}", f"--node-name={name}",
+                    gpus=gpus, env=env)
         self.nodes.append(name)
 
     def pids(self) -> dict[int, str]:

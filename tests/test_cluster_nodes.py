@@ -4,7 +4,6 @@ processes with replay actors standing in for GPUs. A node is killed (SIGKILL to 
 a coordinator stopped (SIGTERM) mid-job; three jobs still finish with every pair measured
 exactly once."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from tests.cluster_support import (MEDIUM, assert_complete_exactly_once, job_row
 from tests.ray_nodes import RayNodes
 
 pytestmark = pytest.mark.postgres
-RAY = str(Path(sys.executable).parent / "ray")
 
 
 def _coordinator(nodes: RayNodes, db_url: str, rec: str, log: Path) -> subprocess.Popen:
@@ -40,7 +38,7 @@ def _wait(condition, timeout_s: float, what: str, procs=()) -> None:
 
 
 def test_three_nodes_two_coordinators_a_dead_node_and_a_stopped_coordinator(pg_url, tmp_path):
-    nodes = RayNodes(RAY)
+    nodes = RayNodes()
     nodes.env["FARM_CODE_CACHE"] = str(tmp_path / "code-cache")
     coordinators: list[subprocess.Popen] = []
     try:
