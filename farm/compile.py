@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -64,7 +64,7 @@ class FolderCache:
         for suffix, data in ((".bin", result.code), (".json", json.dumps(
                 {"log": result.log, "target": result.target, "compiler": result.compiler,
                  "resources": result.resources}).encode())):
-            tmp = self.folder / f"{key}{suffix}.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp = self.folder / f"{key}{suffix}.{uuid.uuid4().hex}.tmp"  # nodes share it
             tmp.write_bytes(data)
             tmp.replace(self.folder / f"{key}{suffix}")
 

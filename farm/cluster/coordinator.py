@@ -110,10 +110,26 @@ class Coordinator:
         self.kind: str | None = None  # gpu | replay, once started
         self.retrainer: Retrainer | None = None
 
+    def _cluster_gpus(self) -> float:
+        """The GPUs of the Ray cluster. A cluster that was named (not the local Ray) is given
+        start_timeout_s for its GPU nodes to join: it never falls back to replay by itself."""
+        gpus = ray.cluster_resources().get("GPU", 0)
+        address = self.config.ray_address or os.environ.get("FARM_RAY_ADDRESS")
+        if gpus or not address or self.config.replay:
+            return gpus
+        begin = time.monotonic()
+        while not (gpus := ray.cluster_resources().get("GPU", 0)):
+            if time.monotonic() - begin > self.config.start_timeout_s:
+                raise NoWorkers(f"no GPU joined the Ray cluster at {address} in "
+                                f"{self.config.start_timeout_s:g} s (pass --replay FILE to "
+                                "replay a recording instead)")
+            time.sleep(1.0)
+        return gpus
+
     def worker_config(self) -> WorkerConfig:
         """GPU actors where the cluster has GPUs, else the replay device (if it can)."""
         recordings = [Path(self.config.replay)] if self.config.replay else []
-        if not recordings and ray.cluster_resources().get("GPU", 0) == 0:
+        if not recordings and self._cluster_gpus() == 0:
             recordings = find_recordings(self.config.arch)
             if not recordings:
                 raise NoWorkers("no GPU in the Ray cluster and no recording in jobs/recordings/"
