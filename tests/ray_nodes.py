@@ -76,6 +76,15 @@ class RayNodes:
                  if "/raylet " in cmd and f"--node-name={name} " in cmd + " "]
         return pid
 
+    def node_ids(self) -> dict[str, str]:
+        """Ray's id of each live node, by name."""
+        found = {}
+        for cmd in self.pids().values():
+            if "/raylet " in cmd:
+                args = dict(a.split("=", 1) for a in cmd.split() if a.startswith("--") and "=" in a)
+                found[args["--node-name"]] = args["--node_id"]
+        return found
+
     def kill_node(self, name: str) -> None:
         """SIGKILL a node's raylet: the node dies as a crashed machine would."""
         os.kill(self.raylet(name), signal.SIGKILL)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -244,8 +243,10 @@ def test_views_on_both_databases_and_never_write(db_url):
 def test_farm_dashboard_serves_on_localhost(monkeypatch):
     from farm.cli import app
 
+    from farm import serve
+
     calls = []
-    monkeypatch.setattr(subprocess, "call", lambda cmd, env: calls.append((cmd, env)) or 0)
+    monkeypatch.setattr(serve, "run_owned", lambda cmd, env: calls.append((cmd, env)) or 0)
     result = CliRunner().invoke(app, ["dashboard", "--db", "sqlite:////tmp/x.db"])
     assert result.exit_code == 0, result.output
     cmd, env = calls[0]

@@ -23,7 +23,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from farm.cluster.compiling import CompileOutcome, Compiles
-from farm.cluster.config import CoordinatorConfig, Reporter
+from farm.cluster.config import CoordinatorConfig, NoWorkers, Reporter
 from farm.cluster.pairs import JobPlan, Pair, finished
 from farm.cluster.pool import ActorPool, Batch, Slot
 from farm.cluster.writer import ResultWriter, Write
@@ -189,8 +189,6 @@ class JobRun:
     def _check_served(self, now: float) -> None:
         """Give up (NoWorkers) when no actor of the job's architecture has been alive for
         start_timeout_s: the cluster lost its GPUs. The problems go back to the queue."""
-        from farm.cluster.config import NoWorkers
-
         if any(s.arch in (None, self.arch) for s in self.pool.slots):
             self.unserved_since = None
         elif self.unserved_since is None:
