@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from farm import api
+from farm.choices import UnknownChoice, check_operator, check_target
 from farm.problems import CONV_FIELDS
 from farm.specs import SpecError, load_spec
 from farm.store import DatabaseError, NotFound, TimingFilter, describe, default_url, open_store
@@ -35,7 +36,7 @@ def _errors():
     """Turn the farm's expected failures into one clear line and an exit status."""
     try:
         yield
-    except SpecError as exc:
+    except (SpecError, UnknownChoice) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except (DatabaseError, NotFound) as exc:
@@ -131,6 +132,9 @@ def compile_(op: Annotated[str, typer.Option("--op", help="Operator")],
     from farm.gpu import RuntimeUnavailable
     from kernels import UnknownFamily
 
+    with _errors():
+        check_operator(op)
+        check_target(target)
     try:
         instances = instances_of(op, dtype, family)
         summary = compile_instances(instances, target, None if no_cache else FolderCache(),
@@ -202,6 +206,9 @@ def query_timings(
         output: Annotated[Optional[Path], typer.Option(help="Write to this file")] = None,
         db: DbOption = None) -> None:
     """Historical timings with typed filters."""
+    with _errors():
+        if op is not None:
+            check_operator(op)
     where = TimingFilter(operator=op, dtype=dtype, device=device, family=family, kernel=kernel,
                          status=None if status == "any" else status, job_id=job,
                          shape=_shape_filter(shape), include_replay=replay, limit=limit)

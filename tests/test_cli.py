@@ -81,3 +81,19 @@ def test_console_script_exit_status(tmp_path):
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 2
     assert f"{bad}: problems: Field required" in proc.stderr
+
+
+def test_unknown_operators_and_targets_are_refused_in_one_line(sqlite_url):
+    """Exit 2 and one line listing the known operators or targets; nothing is compiled."""
+    for args in (["compile", "--op", "nonsense", "--target", "sm_90a"], ["train", "--op", "x"],
+                 ["query", "timings", "--op", "nonsense"]):
+        result = farm(*args, db=sqlite_url)
+        assert result.exit_code == 2, (args, result.output)
+        [line] = result.output.strip().splitlines()
+        assert "unknown operator" in line
+        assert line.endswith("known: conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd")
+    result = farm("compile", "--op", "conv2d_fwd", "--target", "sm_00", db=sqlite_url)
+    assert result.exit_code == 2
+    [line] = result.output.strip().splitlines()
+    assert line.startswith("error: unknown target 'sm_00'; valid: ")
+    assert "sm_90a" in line and "gfx90a" in line and "instances" not in line

@@ -50,6 +50,7 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
               help="Registers/shared memory from the compile cache")] = True,
           db: DbOption = None) -> None:
     """Train, evaluate and register a selection model per operator/arch/dtype."""
+    from farm.choices import check_operator
     from farm.select.catalogue import compile_cache_resources, no_resources
     from farm.select.data import DEFAULT_HOLDOUT, SplitConfig, load_dataset
     from farm.select.registry import register
@@ -58,6 +59,8 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
     from farm.store.queries import ModelQueries
 
     with _errors():
+        if op is not None:
+            check_operator(op)
         store = open_store(db)
         targets = [(o, a, d) for o, a, d, _ in ModelQueries(store).measured_targets(include_replay)
                    if (op or o) == o and (arch or a) == a and (dtype or d) == d]
