@@ -1,8 +1,9 @@
 """The timing policy: how one kernel instance is verified and timed on one problem.
 
-Per problem (ProblemBench): random inputs drawn on the GPU (never zeros), one fp32 reference
-output from the operator's reference kernel. Per instance (measure): poison the output, launch
-once, compare with the reference (NaN and unwritten elements fail), warm up, then time repeated
+Per problem (ProblemBench): random inputs drawn on the GPU (never zeros), an fp32 reference of
+each output from the operator's reference kernel. Per instance (measure): poison the outputs,
+launch once, compare each output with its reference, within its own tolerance (NaN and
+unwritten elements fail), warm up, then time repeated
 launches between device events with a cold L2 cache for each, until the spread is small
 enough, the time budget is spent, or the repeat limit is reached.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,30 +152,43 @@ class SupportKernels:
 
 
 class ProblemBench:
-    """One problem on one device: inputs, output, workspace and the reference, made once."""
+    """One problem on one device: inputs, outputs, workspace and the fp32 reference of every
+    output, made once."""
 
     def __init__(self, device: Device, problem: Any, support: SupportKernels, target: str,
-                 cache: CodeCache | None, seed: int = 1, timeout_s: float = 60.0):
+                 cache: CodeCache | None, seed: int = 1, timeout_s: float = 60.0,
+                 support_for: Callable[[str], SupportKernels] | None = None):
+        """support: the problem's element type's kernels; support_for: those of another type
+        (an operator's tensors may differ: fp32 statistics beside bf16 data)."""
         self.device, self.problem, self.support = device, problem, support
+        self.support_for = support_for or (lambda dtype: support)
         self.spec = operator_spec(problem.op)
-        size = ELEMENT_BYTES[problem.dtype]
         self.tensors = self.spec.tensors(problem)
-        self.output = self.tensors[-1]
+        self.outputs = [t for t in self.tensors if t.role == "output"]
         self.pointers: dict[str, int] = {}
+        self.references: dict[str, int] = {}
         self.workspace_bytes = 0
         self.seed = seed
         self._copies: list[dict[str, int]] = []
         try:
-            for index, tensor in enumerate(self.tensors):
-                self.pointers[tensor.name] = device.alloc(tensor.elements * size)
-                if tensor.role == "input":
-                    support.fill_random(self.pointers[tensor.name], tensor.elements,
-                                        seed * 7919 + index)
-            self.reference = device.alloc(self.output.elements * 4)
+            self._allocate(self.pointers, seed)
+            for tensor in self.outputs:
+                self.references[tensor.name] = device.alloc(tensor.elements * 4)
             self._run_reference(target, cache, timeout_s)
         except BaseException:
             self.close()
             raise
+
+    def nbytes(self, tensor: Any) -> int:
+        return tensor.elements * ELEMENT_BYTES[tensor.element_type(self.problem)]
+
+    def _allocate(self, pointers: dict[str, int], seed: int) -> None:
+        """Every tensor into `pointers` (freed by close() even if one fails); inputs random."""
+        for index, tensor in enumerate(self.tensors):
+            pointers[tensor.name] = self.device.alloc(self.nbytes(tensor))
+            if tensor.role == "input":
+                self.support_for(tensor.element_type(self.problem)).fill_random(
+                    pointers[tensor.name], tensor.elements, seed * 7919 + index)
 
     def _run_reference(self, target: str, cache: CodeCache | None, timeout_s: float) -> None:
         compiled = compile_source(load_source(self.spec.reference_source),
@@ -181,11 +196,40 @@ class ProblemBench:
         if not compiled.result.ok:
             raise RuntimeError(f"reference kernel failed to compile:\n{compiled.result.log}")
         module = self.device.load_module(compiled.result.code)
-        pointers = {**self.pointers, self.output.name: self.reference}
+        pointers = {**self.pointers, **self.references}
         for launch in self.spec.reference_launches(self.problem):
             self.device.launch(self.device.function(module, launch.entry), launch.grid,
                                launch.block, launch.shared_bytes, pack_args(launch, pointers))
         wait(self.device, timeout_s)
+
+    def poison_outputs(self) -> None:
+        for tensor in self.outputs:
+            self.device.memset(self.pointers[tensor.name], POISON_BYTE, self.nbytes(tensor))
+
+    def verify(self) -> tuple[float, str | None]:
+        """Compare every output with its reference: (the worst relative L2 error, why it is
+        wrong or None). NaN, infinite or unwritten elements always fail."""
+        worst_l2, why = 0.0, None
+        for tensor in self.outputs:
+            support = self.support_for(tensor.element_type(self.problem))
+            d2, r2, bad, worst, peak = support.compare(self.pointers[tensor.name],
+                                                       self.references[tensor.name],
+                                                       tensor.elements)
+            rel_l2 = math.sqrt(d2 / r2) if r2 > 0 else (0.0 if d2 == 0 else math.inf)
+            rel_max = worst / peak if peak > 0 else (0.0 if worst == 0 else math.inf)
+            limit = self.spec.tolerance(self.problem, tensor.name)
+            name = f"{tensor.name}: " if len(self.outputs) > 1 else ""
+            if bad:
+                worst_l2 = math.inf
+                why = why or (f"{name}{bad} of {tensor.elements} output elements are NaN or "
+                              "infinite (unwritten or overflowed)")
+                continue
+            worst_l2 = max(worst_l2, rel_l2)
+            if rel_l2 > limit.rel_l2 or rel_max > limit.rel_max:
+                why = why or (f"{name}relative L2 error {rel_l2:.3g} (limit {limit.rel_l2:.3g}), "
+                              f"max error {rel_max:.3g} of max |ref| (limit "
+                              f"{limit.rel_max:.3g})")
+        return worst_l2, why
 
     def ensure_workspace(self, nbytes: int) -> None:
         if nbytes > self.workspace_bytes:
@@ -197,8 +241,7 @@ class ProblemBench:
 
     @property
     def tensor_bytes(self) -> int:
-        size = ELEMENT_BYTES[self.problem.dtype]
-        return sum(tensor.elements * size for tensor in self.tensors)
+        return sum(self.nbytes(tensor) for tensor in self.tensors)
 
     def copies(self, policy: TimingPolicy) -> list[dict[str, int]]:
         """Pointer sets to rotate the timed launches among: the problem's own tensors first,
@@ -211,24 +254,19 @@ class ProblemBench:
         count = math.ceil(policy.flush_factor * l2_bytes / self.tensor_bytes) + 1
         if count > MAX_COPIES:
             return []
-        size = ELEMENT_BYTES[self.problem.dtype]
         while len(self._copies) < count - 1:
-            copy = {}
+            copy: dict[str, int] = {}
             self._copies.append(copy)  # freed by close() even if an allocation fails
-            for index, tensor in enumerate(self.tensors):
-                copy[tensor.name] = self.device.alloc(tensor.elements * size)
-                if tensor.role == "input":
-                    self.support.fill_random(copy[tensor.name], tensor.elements,
-                                             (self.seed + len(self._copies)) * 7919 + index)
+            self._allocate(copy, self.seed + len(self._copies))
         return [self.pointers, *({**self.pointers, **copy} for copy in self._copies[:count - 1])]
 
     def close(self) -> None:
         copied = [ptr for copy in getattr(self, "_copies", []) for ptr in copy.values()]
-        for ptr in [*self.pointers.values(), getattr(self, "reference", None), *copied]:
+        for ptr in [*self.pointers.values(), *getattr(self, "references", {}).values(),
+                    *copied]:
             if ptr:
                 self.device.free(ptr)
-        self.pointers, self._copies = {}, []
-        self.reference = None
+        self.pointers, self.references, self._copies = {}, {}, []
 
 
 def event_pairs(device: Device, count: int) -> list[tuple[Any, Any]]:
@@ -263,29 +301,20 @@ def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, modul
     bench.ensure_workspace(family.workspace_bytes(instance, problem))
     try:
         runnable = family.runnable(instance, problem, device, module, bench.pointers)
-        out = bench.pointers[bench.output.name]
-        device.memset(out, POISON_BYTE, bench.output.elements * ELEMENT_BYTES[problem.dtype])
+        bench.poison_outputs()
         runnable.enqueue()
         runnable.publish()
         wait(device, policy.timeout_s)
-        d2, r2, bad, worst, peak = bench.support.compare(out, bench.reference,
-                                                         bench.output.elements)
+        rel_l2, why = bench.verify()
         _mark(trace, "verified")
         runnables = _rotation(bench, family, instance, module, policy, runnable)
     except GpuError as exc:
         if exc.context_lost:
             raise DeviceLost(f"launch_error: {exc}") from exc
         return PairResult("launch_error", message=str(exc), policy=policy_record)
-    rel_l2 = math.sqrt(d2 / r2) if r2 > 0 else (0.0 if d2 == 0 else math.inf)
-    rel_max = worst / peak if peak > 0 else (0.0 if worst == 0 else math.inf)
-    tolerance = bench.spec.tolerance(problem)
-    if bad or rel_l2 > tolerance.rel_l2 or rel_max > tolerance.rel_max:
-        why = (f"{bad} of {bench.output.elements} output elements are NaN or infinite "
-               "(unwritten or overflowed)" if bad else
-               f"relative L2 error {rel_l2:.3g} (limit {tolerance.rel_l2:.3g}), max error "
-               f"{rel_max:.3g} of max |ref| (limit {tolerance.rel_max:.3g})")
-        return PairResult("wrong_result", verify_error=rel_l2 if not bad else math.inf,
-                          message=why, policy=policy_record)
+    if why is not None:
+        return PairResult("wrong_result", verify_error=rel_l2, message=why,
+                          policy=policy_record)
     policy_record["l2_copies"] = len(runnables) if policy.flush_l2 else 0
     _mark(trace, "copies")
     return _time(bench, runnables, policy, policy_record, rel_l2, telemetry, trace, best_us)

@@ -73,7 +73,7 @@ class GpuWorker:
         one's setup_ms, the time to make the problem's inputs and reference."""
         begin = time.perf_counter()
         bench = ProblemBench(self.device, problem, self.support(problem.dtype), self.target,
-                             self.cache, seed=seed)
+                             self.cache, seed=seed, support_for=self.support)
         setup_ms: float | None = 1000.0 * (time.perf_counter() - begin)
         lost = False
         best: float | None = None  # the fastest median so far (the policy's stop_slower_than)

@@ -18,6 +18,10 @@ class Tensor:
     name: str
     elements: int
     role: str  # "input" | "output"
+    dtype: str | None = None  # its element type; None: the problem's
+
+    def element_type(self, problem: Any) -> str:
+        return self.dtype or problem.dtype
 
 
 @dataclass(frozen=True)
@@ -34,25 +38,31 @@ class OperatorSpec(abc.ABC):
 
     @abc.abstractmethod
     def tensors(self, problem: Any) -> list[Tensor]:
-        """Inputs first, the single output last."""
+        """Inputs first, then the outputs (one or more)."""
 
     @abc.abstractmethod
     def reference_launches(self, problem: Any) -> list[Launch]:
-        """Launches of the reference kernel writing the output in fp32."""
+        """Launches of the reference kernel writing every output in fp32."""
 
     @abc.abstractmethod
-    def reduction_length(self, problem: Any) -> int:
-        """How many products are summed into one output element."""
+    def reduction_length(self, problem: Any, output: str | None = None) -> int:
+        """How many products are summed into one element of an output (default: the first)."""
 
     def reference_defines(self, dtype: str) -> dict[str, int | str]:
         return {"FARM_DTYPE": DTYPE_CODES[dtype], "FARM_REFERENCE": 1}
 
-    def tolerance(self, problem: Any) -> Tolerance:
-        """Output rounding of the element type, plus fp32 summation-order error that grows with
-        the square root of the reduction length; a 4x margin over what a right kernel shows."""
-        eps = OUTPUT_EPS[problem.dtype]
-        summation = 2.0**-24 * math.sqrt(self.reduction_length(problem))
+    def tolerance(self, problem: Any, output: str | None = None) -> Tolerance:
+        """For one output (default: the first): the rounding of its element type, plus fp32
+        summation-order error that grows with the square root of its reduction length; a 4x
+        margin over what a right kernel shows."""
+        tensor = next(t for t in self.outputs(problem) if output in (None, t.name))
+        eps = OUTPUT_EPS[tensor.element_type(problem)]
+        summation = 2.0**-24 * math.sqrt(self.reduction_length(problem, tensor.name))
         return Tolerance(rel_l2=4 * (eps / 2 + summation), rel_max=4 * (eps + summation))
 
+    def outputs(self, problem: Any) -> list[Tensor]:
+        return [t for t in self.tensors(problem) if t.role == "output"]
+
     def output(self, problem: Any) -> Tensor:
-        return self.tensors(problem)[-1]
+        """The first output."""
+        return self.outputs(problem)[0]

@@ -41,6 +41,34 @@ def test_tolerance_admits_rounding_and_rejects_a_dropped_term(dtype, floor):
         assert tol.rel_max < 0.05
 
 
+def test_each_output_has_its_own_tolerance():
+    """An operator with several outputs: each is judged by its own element type and reduction
+    length (a per-channel sum over N*H*W next to an elementwise output)."""
+    from kernels.operator import OperatorSpec, Tensor
+
+    class TwoOutputs(OperatorSpec):
+        name, reference_source = "two", "none.cu"
+
+        def tensors(self, p):
+            return [Tensor("x", 64, "input"), Tensor("dx", 64, "output"),
+                    Tensor("dgamma", 8, "output", dtype="fp32")]
+
+        def reference_launches(self, p):
+            return []
+
+        def reduction_length(self, p, output=None):
+            return 1 if output in (None, "dx") else 1_000_000
+
+    spec, p = TwoOutputs(), ConvProblem(op="conv2d_fwd", dtype="bf16", N=1, C=8, K=8, G=1, H=8,
+                                          W=8, R=1, S=1)
+    assert [t.name for t in spec.outputs(p)] == ["dx", "dgamma"] and spec.output(p).name == "dx"
+    assert spec.tolerance(p) == spec.tolerance(p, "dx")
+    dx, dgamma = spec.tolerance(p, "dx"), spec.tolerance(p, "dgamma")
+    assert dx.rel_l2 == pytest.approx(4 * (2**-8 / 2 + 2**-24))  # bf16 rounding
+    assert dgamma.rel_l2 == pytest.approx(4 * (2**-22 / 2 + 2**-24 * 1000))  # fp32, long sum
+    assert dgamma.rel_l2 < dx.rel_l2
+
+
 def test_conv_tensors_and_params():
     spec = operator_spec("conv2d_bwd_data")
     assert [(t.name, t.role) for t in spec.tensors(P)] == [("dy", "input"), ("w", "input"),

@@ -78,7 +78,8 @@ def test_reference_matches_numpy(worker, op, shape):
         a, b = (host_values(worker, bench.pointers[t.name], t.elements, "bf16")
                 for t in bench.tensors[:2])
         assert np.abs(a).max() > 0.5 and len(np.unique(a)) > min(10, a.size // 2)  # random
-        ref = host_values(worker, bench.reference, bench.output.elements, "fp32")
+        [output] = bench.outputs
+        ref = host_values(worker, bench.references[output.name], output.elements, "fp32")
         expect = numpy_conv(op, p, a, b)
         assert np.allclose(ref, expect, rtol=1e-5, atol=1e-5)
     finally:

@@ -43,7 +43,7 @@ class ConvOperator(OperatorSpec):
             return [dy, w, Tensor("dx", x.elements, "output")]
         return [x, dy, Tensor("dw", w.elements, "output")]
 
-    def reduction_length(self, p: ConvProblem) -> int:
+    def reduction_length(self, p: ConvProblem, output: str | None = None) -> int:
         return p.gemm[2]
 
     def reference_launches(self, p: ConvProblem) -> list[Launch]:
