@@ -13,15 +13,13 @@ class UnknownChoice(ValueError):
     """An operator or target the farm does not know; the message lists the known ones."""
 
 
-def known_operators() -> list[str]:
-    from kernels.conv.operator import OPERATORS
-
-    return sorted(OPERATORS)
-
-
 def check_operator(name: str) -> str:
-    if name not in known_operators():
-        raise UnknownChoice(f"unknown operator {name!r}; known: {', '.join(known_operators())}")
+    from kernels.registry import operator_spec
+
+    try:
+        operator_spec(name)
+    except LookupError as exc:
+        raise UnknownChoice(str(exc)) from None
     return name
 
 

@@ -165,6 +165,7 @@ class ProblemBench:
         self.spec = operator_spec(problem.op)
         self.tensors = self.spec.tensors(problem)
         self.outputs = [t for t in self.tensors if t.role == "output"]
+        self.tolerances = {t.name: self.spec.tolerance(problem, t.name) for t in self.outputs}
         self.pointers: dict[str, int] = {}
         self.references: dict[str, int] = {}
         self.workspace_bytes = 0
@@ -217,7 +218,7 @@ class ProblemBench:
                                                        tensor.elements)
             rel_l2 = math.sqrt(d2 / r2) if r2 > 0 else (0.0 if d2 == 0 else math.inf)
             rel_max = worst / peak if peak > 0 else (0.0 if worst == 0 else math.inf)
-            limit = self.spec.tolerance(self.problem, tensor.name)
+            limit = self.tolerances[tensor.name]
             name = f"{tensor.name}: " if len(self.outputs) > 1 else ""
             if bad:
                 worst_l2 = math.inf

@@ -32,6 +32,14 @@ class Tolerance:
     rel_max: float
 
 
+def tolerance_for(dtype: str, reduction_length: int) -> Tolerance:
+    """The rounding of the output's element type, plus fp32 summation-order error that grows
+    with the square root of the reduction length; a 4x margin over what a right kernel shows."""
+    eps = OUTPUT_EPS[dtype]
+    summation = 2.0**-24 * math.sqrt(reduction_length)
+    return Tolerance(rel_l2=4 * (eps / 2 + summation), rel_max=4 * (eps + summation))
+
+
 class OperatorSpec(abc.ABC):
     name: str
     reference_source: str  # relative to kernels/, compiled with FARM_REFERENCE (fp32 output)
@@ -52,13 +60,10 @@ class OperatorSpec(abc.ABC):
         return {"FARM_DTYPE": DTYPE_CODES[dtype], "FARM_REFERENCE": 1}
 
     def tolerance(self, problem: Any, output: str | None = None) -> Tolerance:
-        """For one output (default: the first): the rounding of its element type, plus fp32
-        summation-order error that grows with the square root of its reduction length; a 4x
-        margin over what a right kernel shows."""
+        """For one output (default: the first), by its element type and reduction length."""
         tensor = next(t for t in self.outputs(problem) if output in (None, t.name))
-        eps = OUTPUT_EPS[tensor.element_type(problem)]
-        summation = 2.0**-24 * math.sqrt(self.reduction_length(problem, tensor.name))
-        return Tolerance(rel_l2=4 * (eps / 2 + summation), rel_max=4 * (eps + summation))
+        return tolerance_for(tensor.element_type(problem),
+                             self.reduction_length(problem, tensor.name))
 
     def outputs(self, problem: Any) -> list[Tensor]:
         return [t for t in self.tensors(problem) if t.role == "output"]

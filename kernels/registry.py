@@ -45,10 +45,17 @@ def families_for(operator: str) -> list[KernelFamily]:
     return [f for f in families().values() if operator in f.operators]
 
 
+def operator_names() -> list[str]:
+    """The operators the farm knows, sorted."""
+    from kernels.conv.operator import OPERATORS
+
+    return sorted(OPERATORS)
+
+
 def operator_spec(name: str) -> OperatorSpec:
     """What `name` computes: its tensors, reference and tolerance."""
     from kernels.conv.operator import OPERATORS
 
     if name not in OPERATORS:
-        raise LookupError(f"unknown operator {name!r}; known: {', '.join(OPERATORS)}")
+        raise LookupError(f"unknown operator {name!r}; known: {', '.join(operator_names())}")
     return OPERATORS[name]

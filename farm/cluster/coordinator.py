@@ -34,7 +34,7 @@ import ray
 from farm.cluster.actor import WorkerConfig
 from farm.cluster.compiling import Compiles
 from farm.cluster.config import CoordinatorConfig, NoWorkers, QuietReporter, Reporter
-from farm.cluster.jobrun import JobRun
+from farm.cluster.jobrun import JobRun, problems_to_hold
 from farm.cluster.pairs import plan_job
 from farm.cluster.pool import ActorPool
 from farm.cluster.retrain import Retrainer, task_url
@@ -192,7 +192,7 @@ class Coordinator:
     def claim(self, only: list[int] | None = None, job_id: int | None = None,
               limit: int | None = None) -> ProblemClaim | None:
         stale = utcnow() - dt.timedelta(seconds=self.config.stale_after_s)
-        limit = limit or max(8, 4 * len(self.pool.slots) * self.config.batches_per_actor)
+        limit = limit or problems_to_hold(len(self.pool.slots), self.config)
         return self.store.claim_problems(self.claimer, stale,
                                          dead_claimers(self.store.running_claims()), limit,
                                          only=only, job_id=job_id)

@@ -38,6 +38,11 @@ CLAIM_RETRY_S = 2.0  # how often a run with no claimable problem left asks again
 Claimer = Callable[[int], ProblemClaim | None]  # limit -> problems of this job, or None
 
 
+def problems_to_hold(actors: int, config: CoordinatorConfig) -> int:
+    """Problems a coordinator holds: enough to keep every actor's batches full for a while."""
+    return max(8, 4 * actors * config.batches_per_actor)
+
+
 class JobRun:
     def __init__(self, store: Queries, pool: ActorPool, compiles: Compiles, plan: JobPlan,
                  claimer: str, arch: str, config: CoordinatorConfig, reporter: Reporter,
@@ -80,8 +85,7 @@ class JobRun:
         self.take(self.first.problem_ids)
 
     def want(self) -> int:
-        """Problems to hold: enough to keep every ready actor's batches full for a while."""
-        return max(8, 4 * len(self.pool.ready(self.arch)) * self.config.batches_per_actor)
+        return problems_to_hold(len(self.pool.ready(self.arch)), self.config)
 
     def top_up(self, now: float) -> None:
         """Claim more of the job's problems when fewer than half of want() are left."""

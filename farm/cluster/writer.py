@@ -23,7 +23,6 @@ class Write:
     failed: int
     finished: dict[int, int] = field(default_factory=dict)
     held: frozenset[int] = frozenset()  # the problems the writer must still hold
-    counters: dict[str, Any] = field(default_factory=dict)  # heartbeat-only fields
 
 
 class ResultWriter:
@@ -48,12 +47,12 @@ class ResultWriter:
         self.queue.task_done()
 
     def _commit(self, write: Write) -> None:
-        if write.rows or write.finished or write.done or write.failed:
+        if write.rows or write.finished:
             self.job_done |= self.store.record_results(
                 self.job_id, self.claimer, write.rows, write.done, write.failed,
                 finished=write.finished, held=write.held)
         else:
-            self.store.heartbeat(self.job_id, self.claimer, held=write.held, **write.counters)
+            self.store.heartbeat(self.job_id, self.claimer, held=write.held)
 
     def check(self) -> None:
         """Raise the error of a failed write (once; the writes after it are dropped)."""

@@ -112,12 +112,6 @@ class ClaimQueries:
                 .where(JobProblem.state == "open", Job.status.in_(("queued", "running")))
                 .distinct()))
 
-    def held_problems(self, job_id: int, claimer: str) -> list[int]:
-        with self.session() as session:
-            return list(session.scalars(select(JobProblem.problem_id).where(
-                JobProblem.job_id == job_id, JobProblem.claimed_by == claimer,
-                JobProblem.state == "claimed")))
-
     def _guard(self, session: Session, job_id: int, claimer: str,
                held: Collection[int] | None, **values: Any) -> None:
         """Update a running job and renew the writer's claims on it (those of `held`, or

@@ -12,18 +12,17 @@ other scalars are int32.
 from __future__ import annotations
 
 import ctypes
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.family import Launch
+from farm.problems import DTYPE_BYTES
+from kernels.family import DTYPE_CODES, Launch
+from kernels.operator import OUTPUT_EPS, tolerance_for  # noqa: F401 - OUTPUT_EPS re-exported
 
 FAMILIES = ("gn_onepass", "gn_twopass")
 SOURCES = {"gn_onepass": "groupnorm/onepass.cu", "gn_twopass": "groupnorm/twopass.cu"}
 REFERENCE_SOURCE = "groupnorm/reference.cu"
 LAYOUTS = {"nhwc": 0, "nchw": 1}
-DTYPE_CODES = {"fp32": 0, "fp16": 1, "bf16": 2}
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 THREADS = (128, 256, 512)
 SPLITS_HW = (1, 4, 16, 64)
@@ -33,7 +32,6 @@ DX_GRID_CAP = 65535           # gn_twopass_dx: blocks per sample at most (grid-s
 REFERENCE_SMALL_BLOCK = 64    # reference stats / dparams: one thread per (n, g) / channel
 REFERENCE_BLOCK = 256         # reference dx: one thread per element
 REFERENCE_DX_BLOCKS = 132 * 16
-OUTPUT_EPS = {"bf16": 2.0**-8, "fp16": 2.0**-10, "fp32": 2.0**-22}
 
 
 @dataclass(frozen=True)
@@ -266,11 +264,9 @@ def reduction_lengths(p: GnProblem) -> dict[str, int]:
 
 
 def tolerance(dtype: str, length: int) -> tuple[float, float]:
-    """(relative L2, relative max) limits as in kernels/operator.py: the output's rounding plus
-    fp32 summation error growing with the square root of the reduction length, 4x margin."""
-    eps = OUTPUT_EPS[dtype]
-    summation = 2.0**-24 * math.sqrt(length)
-    return 4 * (eps / 2 + summation), 4 * (eps + summation)
+    """(relative L2, relative max) limits of kernels/operator.py's tolerance_for."""
+    limit = tolerance_for(dtype, length)
+    return limit.rel_l2, limit.rel_max
 
 
 __all__ = ["FAMILIES", "GnParams", "GnProblem", "applicable", "configs", "defines",
