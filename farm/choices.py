@@ -44,3 +44,41 @@ def check_target(target: str) -> str:
     if base not in valid_targets():
         raise UnknownChoice(f"unknown target {target!r}; valid: {', '.join(valid_targets())}")
     return target
+
+
+def shape_fields(operator: str | None = None) -> dict[str, tuple[str, ...]]:
+    """The shape fields of `operator` (of every operator if None), each with its choices
+    (empty for a number)."""
+    from kernels.registry import operator_spec, operators
+
+    specs = [operator_spec(operator)] if operator else list(operators().values())
+    fields: dict[str, tuple[str, ...]] = {}
+    for spec in specs:
+        for name in spec.fields:
+            fields.setdefault(name, spec.problem_type.TEXT_FIELDS.get(name, ()))
+    return fields
+
+
+def parse_shape(items: list[str], operator: str | None = None) -> tuple[tuple[str, object], ...]:
+    """FIELD=VALUE items (each may be comma-separated) as (field, value) pairs: a number, or a
+    name where the field takes names. UnknownChoice names the fault and the valid fields."""
+    known = shape_fields(operator)
+    whose = f"{operator}'s" if operator else "the operators'"
+    pairs: list[tuple[str, object]] = []
+    for item in ",".join(items).split(","):
+        if not item.strip():
+            continue
+        name, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or name not in known:
+            raise UnknownChoice(f"{item!r}: expected FIELD=VALUE with FIELD one of {whose} "
+                                f"fields: {', '.join(known)}")
+        choices = known[name]
+        if choices:
+            if value not in choices:
+                raise UnknownChoice(f"{item!r}: {name} is one of {', '.join(choices)}")
+            pairs.append((name, value))
+        elif value.lstrip("-").isdigit():
+            pairs.append((name, int(value)))
+        else:
+            raise UnknownChoice(f"{item!r}: {name} takes an integer")
+    return tuple(pairs)

@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from farm import api
-from farm.choices import UnknownChoice, check_operator, check_target
-from farm.problems import CONV_FIELDS
+from farm.choices import UnknownChoice, check_operator, check_target, parse_shape
 from farm.specs import SpecError, load_spec
 from farm.store import DatabaseError, NotFound, TimingFilter, describe, default_url, open_store
 from farm.store import db as dbmod
@@ -175,20 +174,6 @@ class Format(str, Enum):
     parquet = "parquet"
 
 
-def _shape_filter(items: list[str]) -> tuple[tuple[str, int], ...]:
-    pairs = []
-    for item in ",".join(items).split(","):
-        if not item.strip():
-            continue
-        name, _, value = item.partition("=")
-        name = name.strip()
-        if name not in CONV_FIELDS or not value.strip().isdigit():
-            raise typer.BadParameter(f"{item!r}: expected FIELD=INT with FIELD one of "
-                                     f"{', '.join(CONV_FIELDS)}", param_hint="--shape")
-        pairs.append((name, int(value)))
-    return tuple(pairs)
-
-
 @query_app.command("timings")
 def query_timings(
         op: Annotated[Optional[str], typer.Option("--op", help="Operator")] = None,
@@ -198,8 +183,9 @@ def query_timings(
         kernel: Annotated[Optional[str], typer.Option(help="Kernel instance name")] = None,
         status: Annotated[str, typer.Option(help="Measurement status, or 'any'")] = "ok",
         job: Annotated[Optional[int], typer.Option(help="Job id")] = None,
-        shape: Annotated[list[str], typer.Option(help="FIELD=INT, repeatable or "
-                                                       "comma-separated (N=32,G=32)")] = [],
+        shape: Annotated[list[str], typer.Option(help="FIELD=VALUE of the operator's shape "
+                                                       "fields, repeatable or comma-separated "
+                                                       "(N=32,G=32 or layout=nchw)")] = [],
         replay: Annotated[bool, typer.Option(help="Include replayed rows")] = True,
         limit: Annotated[Optional[int], typer.Option(help="At most this many rows")] = None,
         format: Annotated[Format, typer.Option(help="Output format")] = Format.table,
@@ -209,9 +195,10 @@ def query_timings(
     with _errors():
         if op is not None:
             check_operator(op)
+        fields = parse_shape(shape, op)
     where = TimingFilter(operator=op, dtype=dtype, device=device, family=family, kernel=kernel,
                          status=None if status == "any" else status, job_id=job,
-                         shape=_shape_filter(shape), include_replay=replay, limit=limit)
+                         shape=fields, include_replay=replay, limit=limit)
     with _errors():
         frame = api.timings(where, open_store(db))
     if format is Format.parquet and output is None:

@@ -171,11 +171,13 @@ class ProblemBench:
         self.workspace_bytes = 0
         self.seed = seed
         self._copies: list[dict[str, int]] = []
+        self.reference_module = None
         try:
+            self._load_reference(target, cache)
             self._allocate(self.pointers, seed)
             for tensor in self.outputs:
                 self.references[tensor.name] = device.alloc(tensor.elements * 4)
-            self._run_reference(target, cache, timeout_s)
+            self._run_reference(timeout_s)
         except BaseException:
             self.close()
             raise
@@ -184,24 +186,40 @@ class ProblemBench:
         return tensor.elements * ELEMENT_BYTES[tensor.element_type(self.problem)]
 
     def _allocate(self, pointers: dict[str, int], seed: int) -> None:
-        """Every tensor into `pointers` (freed by close() even if one fails); inputs random."""
+        """Every tensor into `pointers` (freed by close() even if one fails); inputs random,
+        then the operator's derived inputs computed from them (OperatorSpec.input_launches)."""
         for index, tensor in enumerate(self.tensors):
             pointers[tensor.name] = self.device.alloc(self.nbytes(tensor))
             if tensor.role == "input":
                 self.support_for(tensor.element_type(self.problem)).fill_random(
                     pointers[tensor.name], tensor.elements, seed * 7919 + index)
+        self._launch_reference(self.spec.input_launches(self.problem), pointers)
 
-    def _run_reference(self, target: str, cache: CodeCache | None, timeout_s: float) -> None:
+    def _load_reference(self, target: str, cache: CodeCache | None) -> None:
         compiled = compile_source(load_source(self.spec.reference_source),
                                   self.spec.reference_defines(self.problem.dtype), target, cache)
         if not compiled.result.ok:
             raise RuntimeError(f"reference kernel failed to compile:\n{compiled.result.log}")
-        module = self.device.load_module(compiled.result.code)
+        self.reference_module = self.device.load_module(compiled.result.code)
+
+    def _launch_reference(self, launches: list, pointers: dict[str, int]) -> None:
+        for launch in launches:
+            self.device.launch(self.device.function(self.reference_module, launch.entry),
+                               launch.grid, launch.block, launch.shared_bytes,
+                               pack_args(launch, pointers))
+
+    def _run_reference(self, timeout_s: float) -> None:
+        """The fp32 reference of every output, with the reference's own scratch (if any)."""
+        scratch = self.spec.reference_workspace_bytes(self.problem)
         pointers = {**self.pointers, **self.references}
-        for launch in self.spec.reference_launches(self.problem):
-            self.device.launch(self.device.function(module, launch.entry), launch.grid,
-                               launch.block, launch.shared_bytes, pack_args(launch, pointers))
-        wait(self.device, timeout_s)
+        if scratch:
+            pointers["workspace"] = self.device.alloc(scratch)
+        try:
+            self._launch_reference(self.spec.reference_launches(self.problem), pointers)
+            wait(self.device, timeout_s)
+        finally:
+            if scratch:
+                self.device.free(pointers["workspace"])
 
     def poison_outputs(self) -> None:
         for tensor in self.outputs:

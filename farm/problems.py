@@ -1,7 +1,10 @@
 """Problem records: one shape of one operator, validated, with its derived sizes.
 
-Convolutions are grouped and channels-last: input NHWGC, weight GKYXC, output NHWGK.
-C and K count all channels (every group); each group sees C/G inputs and K/G outputs.
+Every operator's shape record is a frozen dataclass deriving from `Problem`: its fields are
+`op`, the operator's shape fields (FIELDS, in order), then `dtype` and `layout`. The record
+says how a mapping of fields (a CSV line, a YAML mapping, the store's JSON) becomes a problem,
+what it costs (flops, min_bytes) and how it is named (key, label). Which record serves which
+operator is the registry's business (kernels.registry).
 """
 
 from __future__ import annotations
@@ -10,30 +13,23 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cached_property
-from operator import attrgetter, ge
 from typing import Any, ClassVar
 
-CONV_OPERATORS = ("conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight")
-OPERATORS = CONV_OPERATORS
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-CONV_FIELDS = ("N", "C", "K", "G", "H", "W", "R", "S",
-               "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w")
-CONV_DEFAULTS = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
 MAX_TENSOR_ELEMENTS = 2**31 - 1  # kernels index with 32-bit integers
-_LOWEST = tuple(0 if f.startswith("pad") else 1 for f in CONV_FIELDS)
-_DEFAULTED = tuple((f, CONV_DEFAULTS.get(f)) for f in CONV_FIELDS)
-shape_of = attrgetter(*CONV_FIELDS)  # a problem's shape fields as a tuple, in CONV_FIELDS order
 
 
 class ProblemError(ValueError):
     """A shape that no kernel can run: the message names the field and the rule."""
 
 
-def _as_int(name: str, value: Any) -> int:
+def as_int(name: str, value: Any) -> int:
+    """`value` as an int (an integral float or a digit string too), or a ProblemError."""
     if isinstance(value, bool):
         raise ProblemError(f"{name} must be an integer, got {value!r}")
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        value = value.item()  # a NumPy scalar, as pandas gives
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
@@ -43,126 +39,72 @@ def _as_int(name: str, value: Any) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class ConvProblem:
-    """A 2D grouped convolution, channels-last, in one direction."""
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ProblemError(f"unknown {name} {value!r}; known: {', '.join(choices)}")
+    return value
 
-    # op, then the shape fields in CONV_FIELDS order (from_fields passes them by position)
+
+class Problem:
+    """The base of every operator's shape record (a frozen dataclass with fields op, the
+    shape fields, dtype and layout). Subclasses set the class variables and define flops,
+    min_bytes and label."""
+
+    FIELDS: ClassVar[tuple[str, ...]]  # the shape fields, in order
+    DEFAULTS: ClassVar[dict[str, Any]] = {}  # optional shape fields and their values
+    TEXT_FIELDS: ClassVar[dict[str, tuple[str, ...]]] = {}  # shape fields that are names
+    OPERATORS: ClassVar[tuple[str, ...]]  # the operators this record describes
+
     op: str
-    N: int
-    C: int
-    K: int
-    G: int
-    H: int
-    W: int
-    R: int
-    S: int
-    stride_h: int = 1
-    stride_w: int = 1
-    pad_h: int = 0
-    pad_w: int = 0
-    dil_h: int = 1
-    dil_w: int = 1
-    dtype: str = "bf16"
-    layout: str = "NHWGC"
-
-    FIELDS: ClassVar[tuple[str, ...]] = CONV_FIELDS
-
-    def __post_init__(self) -> None:
-        if self.op not in CONV_OPERATORS:
-            raise ProblemError(f"unknown operator {self.op!r}; known: {', '.join(CONV_OPERATORS)}")
-        if self.dtype not in DTYPE_BYTES:
-            raise ProblemError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
-        if self.layout != "NHWGC":
-            raise ProblemError(f"unknown layout {self.layout!r}; convolutions are NHWGC")
-        values = shape_of(self)
-        exact = {*map(type, values)} == {int}
-        if not exact or not all(map(ge, values, _LOWEST)):  # else nothing to convert or refuse
-            for name, value, low in zip(CONV_FIELDS, values, _LOWEST):
-                if not exact:
-                    value = _as_int(name, value)
-                    object.__setattr__(self, name, value)
-                if value < low:
-                    raise ProblemError(f"{name}={value} must be at least {low}")
-        if self.C % self.G:
-            raise ProblemError(f"C={self.C} is not divisible by G={self.G}")
-        if self.K % self.G:
-            raise ProblemError(f"K={self.K} is not divisible by G={self.G}")
-        if self.P < 1 or self.Q < 1:
-            raise ProblemError(
-                f"output size {self.P}x{self.Q} is empty: input {self.H}x{self.W}, filter "
-                f"{self.R}x{self.S}, dilation {self.dil_h}x{self.dil_w}, "
-                f"padding {self.pad_h}x{self.pad_w}, stride {self.stride_h}x{self.stride_w}")
-        for tensor, count in self.tensor_elements().items():
-            if count > MAX_TENSOR_ELEMENTS:
-                raise ProblemError(f"{tensor} tensor has {count} elements, over the 2^31-1 limit")
+    dtype: str
+    layout: str
 
     @classmethod
-    def from_fields(cls, op: str, dtype: str, fields: Mapping[str, Any]) -> ConvProblem:
-        """Build from a mapping of shape fields (extra keys ignored, optional ones defaulted)."""
-        given = [fields.get(f, default) for f, default in _DEFAULTED]
-        if {*map(type, given)} == {int}:  # the common case: every field an int
-            return cls(op, *given, dtype=dtype)
-        missing = [f for f in CONV_FIELDS if f not in fields and f not in CONV_DEFAULTS]
+    def from_fields(cls, op: str, dtype: str, fields: Mapping[str, Any]) -> Problem:
+        """Build from a mapping of shape fields: extra keys are ignored, optional ones
+        defaulted, numbers given as text converted. A `layout` key sets the layout."""
+        values: dict[str, Any] = {}
+        missing = []
+        for name in cls.FIELDS:
+            value = fields.get(name)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                if name not in cls.DEFAULTS:
+                    missing.append(name)
+                    continue
+                value = cls.DEFAULTS[name]
+            if name in cls.TEXT_FIELDS:
+                value = check_choice(name, str(value).strip(), cls.TEXT_FIELDS[name])
+            else:
+                value = as_int(name, value)
+            values[name] = value
         if missing:
             raise ProblemError(f"missing field(s) {', '.join(missing)}")
-        values = {f: fields.get(f, CONV_DEFAULTS.get(f)) for f in CONV_FIELDS}
-        for name, value in values.items():
-            if value is None or (isinstance(value, str) and not value.strip()):
-                values[name] = CONV_DEFAULTS.get(name)
-                if values[name] is None:
-                    raise ProblemError(f"{name} is empty")
-        return cls(op=op, dtype=dtype, **values)
-
-    # Derived sizes (computed once: a frozen record's fields never change) ------------------
-    @cached_property
-    def P(self) -> int:
-        return (self.H + 2 * self.pad_h - self.dil_h * (self.R - 1) - 1) // self.stride_h + 1
-
-    @cached_property
-    def Q(self) -> int:
-        return (self.W + 2 * self.pad_w - self.dil_w * (self.S - 1) - 1) // self.stride_w + 1
-
-    @property
-    def c_per_group(self) -> int:
-        return self.C // self.G
-
-    @property
-    def k_per_group(self) -> int:
-        return self.K // self.G
-
-    def tensor_elements(self) -> dict[str, int]:
-        return {"input": self.N * self.H * self.W * self.C,
-                "weight": self.K * self.c_per_group * self.R * self.S,
-                "output": self.N * self.P * self.Q * self.K}
-
-    @property
-    def flops(self) -> int:
-        """Multiply-adds times two; the same count in every direction."""
-        return 2 * self.N * self.P * self.Q * self.K * self.c_per_group * self.R * self.S
-
-    @property
-    def min_bytes(self) -> int:
-        """Each of the three tensors touched once: two read, one written, in every direction."""
-        return DTYPE_BYTES[self.dtype] * sum(self.tensor_elements().values())
-
-    @cached_property
-    def gemm(self) -> tuple[int, int, int]:
-        """The per-group implicit-GEMM view (M, N, K) of this direction."""
-        crs = self.c_per_group * self.R * self.S
-        npq = self.N * self.P * self.Q
-        if self.op == "conv2d_fwd":
-            return npq, self.k_per_group, crs
-        if self.op == "conv2d_bwd_data":
-            return self.N * self.H * self.W, self.c_per_group, self.k_per_group * self.R * self.S
-        return self.k_per_group, crs, npq
+        extra = {"layout": str(fields["layout"]).strip()} if (
+            "layout" in fields and "layout" not in cls.FIELDS and fields["layout"]) else {}
+        return cls(op=op, dtype=dtype, **values, **extra)
 
     # Identity ------------------------------------------------------------------------------
-    def shape(self) -> dict[str, int]:
-        return {f: getattr(self, f) for f in CONV_FIELDS}
+    def shape(self) -> dict[str, Any]:
+        """The shape fields by name, in FIELDS order (what the store keeps as JSON)."""
+        return {f: getattr(self, f) for f in self.FIELDS}
+
+    def geometry(self) -> tuple[int, ...]:
+        """The numeric shape fields in order: what makes two problems the same shape for
+        splits and held-out networks (the same geometry in another layout is the same)."""
+        return tuple(getattr(self, f) for f in self.FIELDS if f not in self.TEXT_FIELDS)
+
+    def numbers(self) -> dict[str, int]:
+        """Every shape field as a number (a name field as its index among its choices): the
+        inputs of the selection models' features."""
+        return {f: (self.TEXT_FIELDS[f].index(v) if f in self.TEXT_FIELDS else v)
+                for f, v in self.shape().items()}
+
+    def number_values(self) -> tuple[int, ...]:
+        """numbers(), values only, in FIELDS order."""
+        return tuple(self.numbers().values())
 
     def record(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
 
     @cached_property
     def key(self) -> str:
@@ -170,20 +112,38 @@ class ConvProblem:
         text = json.dumps(self.record(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
+    @property
+    def flops(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def min_bytes(self) -> int:
+        """The bytes a kernel must move at least: every input read and output written once."""
+        raise NotImplementedError
+
     def label(self) -> str:
-        s = self
-        text = (f"N{s.N} C{s.C} K{s.K} G{s.G} {s.H}x{s.W} {s.R}x{s.S}")
-        if (s.stride_h, s.stride_w) != (1, 1):
-            text += f" s{s.stride_h}x{s.stride_w}"
-        if (s.pad_h, s.pad_w) != (0, 0):
-            text += f" p{s.pad_h}x{s.pad_w}"
-        if (s.dil_h, s.dil_w) != (1, 1):
-            text += f" d{s.dil_h}x{s.dil_w}"
-        return text
+        return " ".join(f"{f}{v}" for f, v in self.shape().items())
+
+    def check_common(self) -> None:
+        """The checks every record makes: operator and element type."""
+        if self.op not in self.OPERATORS:
+            raise ProblemError(f"unknown operator {self.op!r}; known: "
+                               f"{', '.join(self.OPERATORS)}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ProblemError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
 
 
-def problem_from_fields(op: str, dtype: str, fields: Mapping[str, Any]) -> ConvProblem:
-    """The problem record of any operator (one problem class per operator family)."""
-    if op in CONV_OPERATORS:
-        return ConvProblem.from_fields(op, dtype, fields)
-    raise ProblemError(f"unknown operator {op!r}; known: {', '.join(OPERATORS)}")
+def problem_from_fields(op: str, dtype: str, fields: Mapping[str, Any]) -> Problem:
+    """The problem record of any registered operator."""
+    from kernels.registry import UnknownOperator, operator_spec
+
+    try:
+        spec = operator_spec(op)
+    except UnknownOperator as exc:
+        raise ProblemError(str(exc)) from None
+    return spec.problem_type.from_fields(op, dtype, fields)
+
+
+def problem_from_store(op: str, dtype: str, layout: str, shape: Mapping[str, Any]) -> Problem:
+    """A problem as the store or a recording keeps it: its shape fields and layout."""
+    return problem_from_fields(op, dtype, {**shape, "layout": layout})

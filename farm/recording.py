@@ -4,7 +4,8 @@ is absent, or loaded back into a database as the measurements they are (`farm im
 under the recorded environment, so that selection models train on them).
 
 One row per pair: the kernel's identity (family, instance, kernel_key, operator, dtype, config
-as JSON, source_hash), the problem's (layout, every shape field, problem_key), the measurement
+as JSON, source_hash), the problem's (layout, its shape fields as a JSON object, problem_key:
+whatever the operator's record holds), the measurement
 (status, timings, verification error, message, policy and telemetry as JSON) and `fault` (empty
 in a real recording; tests set "exit" or "hang" so the replay device fails the way a GPU does).
 The file's metadata (key b"farm") holds the environment, the jobs, a note and `synthetic`.
@@ -24,17 +25,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from farm.environment import Environment
-from farm.problems import CONV_FIELDS, ConvProblem
+from farm.problems import Problem, problem_from_store
 from farm.store import FAILED_STATES, NotFound, Queries
 
-FORMAT = 1
+FORMAT = 2  # 1: one column per convolution shape field, read and converted on load
 META_KEY = b"farm"
 RECORDINGS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "recordings"
 ENV_FIELDS = ("gpu_name", "arch", "sm_count", "driver", "compiler", "runtime", "farm_version")
 TIMING_FIELDS = ("median_us", "min_us", "max_us", "p90_us", "samples", "spread", "tflops",
                  "gbps", "verify_error")
 COLUMNS = ("family", "instance", "kernel_key", "operator", "dtype", "config", "source_hash",
-           "layout", *CONV_FIELDS, "problem_key", "status", *TIMING_FIELDS, "message",
+           "layout", "shape", "problem_key", "status", *TIMING_FIELDS, "message",
            "policy", "telemetry", "fault")
 
 
@@ -115,7 +116,7 @@ def export_recording(store: Queries, job_ids: list[int], out: Path,
         environment = store.environment(fingerprint)
     except NotFound as exc:
         raise RecordingError(str(exc)) from exc
-    for column in ("config", "policy", "telemetry"):
+    for column in ("config", "policy", "telemetry", "shape"):
         rows[column] = rows[column].map(_json)
     rows["fault"] = None
     return write_recording(rows, environment, jobs, out, note=note)
@@ -129,8 +130,9 @@ def _meta(source: Any, where: str) -> dict[str, Any]:
     if raw is None:
         raise RecordingError(f"{where}: not a farm recording (no {META_KEY.decode()!r} metadata)")
     meta = json.loads(raw)
-    if meta.get("format") != FORMAT:
-        raise RecordingError(f"{where}: recording format {meta.get('format')}, expected {FORMAT}")
+    if meta.get("format") not in (1, FORMAT):
+        raise RecordingError(f"{where}: recording format {meta.get('format')}, expected 1 to "
+                             f"{FORMAT}")
     return meta
 
 
@@ -150,9 +152,37 @@ def read_recording(source: str | Path | bytes, name: str = "") -> Recording:
         reader = lambda: str(path)  # noqa: E731
     meta = _meta(reader(), str(path))
     frame = pq.read_table(reader()).to_pandas()
+    if "shape" not in frame.columns:
+        frame = _flat_shapes_to_json(frame, str(path))
     return Recording(path=path, environment=meta["environment"], jobs=tuple(meta["jobs"]),
                      note=meta.get("note", ""), synthetic=bool(meta.get("synthetic")),
                      frame=frame)
+
+
+def _flat_shapes_to_json(frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    """A format-1 recording's rows with their shape fields (one column each, named as the
+    operator's record names them) gathered into the `shape` JSON column."""
+    from kernels.registry import UnknownOperator, operator_spec
+
+    shapes = []
+    fields_of: dict[str, list[str]] = {}
+    for operator in frame["operator"].unique():
+        try:
+            fields = operator_spec(operator).fields
+        except UnknownOperator as exc:
+            raise RecordingError(f"{where}: {exc}") from None
+        fields_of[operator] = [f for f in fields if f in frame.columns]
+    for row in frame.to_dict("records"):
+        shapes.append(_json({f: cell(row[f]) for f in fields_of[row["operator"]]
+                             if cell(row[f]) is not None}))
+    dropped = sorted({f for fields in fields_of.values() for f in fields})
+    return frame.drop(columns=dropped).assign(shape=shapes)
+
+
+def row_problem(row: dict[str, Any]) -> Problem:
+    """The problem of a recording's row."""
+    return problem_from_store(row["operator"], row["dtype"], row["layout"],
+                              json.loads(row["shape"]))
 
 
 def find_recordings(arch: str | None = None, folder: Path | None = None) -> list[Path]:
@@ -214,9 +244,7 @@ def import_recording(store: Queries, source: str | Path | Recording,
     names = {(j.get("operator"), j.get("dtype")): j.get("name") for j in recording.jobs}
     written: dict[str, int] = {}
     for (operator, dtype), part in frame.groupby(["operator", "dtype"], sort=False):
-        problems = [ConvProblem(op=operator, dtype=dtype, layout=r["layout"],
-                                **{f: int(r[f]) for f in CONV_FIELDS})
-                    for r in part.drop_duplicates("problem_key").to_dict("records")]
+        problems = [row_problem(r) for r in part.drop_duplicates("problem_key").to_dict("records")]
         name = f"{names.get((operator, dtype)) or f'{operator} {dtype}'} (imported)"
         job = store.create_job(name, operator, dtype, 0, {"imported_from": recording.path.name,
                                                           "environment": env["fingerprint"]},

@@ -18,9 +18,9 @@ from typing import Any
 
 from farm.environment import Environment
 from farm.measure import DeviceLost, PairResult
-from farm.problems import CONV_FIELDS, ConvProblem
+from farm.problems import Problem
 from farm.recording import (TIMING_FIELDS, Recording, RecordingError, cell, read_recording,
-                            replay_environment)
+                            replay_environment, row_problem)
 from farm.timing import TimingPolicy
 from farm.worker import target_of
 from kernels.family import Instance
@@ -48,11 +48,14 @@ class ReplayWorker:
         self.pace_s, self.hang_s = pace_s, hang_s
         self._rows: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._policies: dict[str | None, dict[str, Any]] = {}
+        keys: dict[tuple[str, str, str, str], str] = {}  # a problem's key, computed once
         for recording in loaded:
             for row in recording.frame.to_dict("records"):
-                problem = ConvProblem(op=row["operator"], dtype=row["dtype"],
-                                      layout=row["layout"], **{f: int(row[f]) for f in CONV_FIELDS})
-                self._rows.setdefault((row["family"], row["instance"], problem.key), row)
+                identity = (row["operator"], row["dtype"], row["layout"], row["shape"])
+                key = keys.get(identity)
+                if key is None:
+                    key = keys[identity] = row_problem(row).key
+                self._rows.setdefault((row["family"], row["instance"], key), row)
 
     def _policy(self, text: str | None) -> dict[str, Any]:
         """A recorded policy, parsed once (rows share a few; read, never changed)."""
@@ -67,7 +70,7 @@ class ReplayWorker:
                           **{f: cell(row[f]) for f in TIMING_FIELDS if f != "samples"},
                           samples=int(cell(row["samples"]) or 0))
 
-    def measure_problem(self, problem: ConvProblem, instances: Iterable[Instance],
+    def measure_problem(self, problem: Problem, instances: Iterable[Instance],
                         policy: TimingPolicy = TimingPolicy(),
                         seed: int = 1) -> Iterator[tuple[Instance, PairResult]]:
         """GpuWorker.measure_problem's contract: yields each pair; DeviceLost after a fatal one."""

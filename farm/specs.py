@@ -1,23 +1,24 @@
 """Sweep specs: YAML in, a validated job out, or a SpecError that names the place and the fault.
 
-    name: resnet50-fwd
-    operator: conv2d_fwd          # conv2d_fwd | conv2d_bwd_data | conv2d_bwd_weight
+    name: sd-unet-groupnorm
+    operator: groupnorm_bwd       # any registered operator (`farm operators` lists them)
     dtype: bf16                   # bf16 | fp16 | fp32
     priority: 0                   # higher runs first
     problems:                     # one or more sources, each one of:
-      - csv: ../networks/resnet50_n32.csv            # relative to this file
-      - inline: [{N: 1, C: 64, K: 64, G: 1, H: 56, W: 56, R: 3, S: 3, pad_h: 1, pad_w: 1}]
-      - generate: {N: [1, 32], C: {start: 16, stop: 256, mul: 2}, K: C, G: [1, C],
-                   H: [7, 14], W: H, R: [1, 3], S: R, pad_h: same, pad_w: same}
+      - csv: ../networks/groupnorm/sd_unet_64_n8.csv  # relative to this file
+      - inline: [{N: 8, C: 320, H: 64, W: 64, G: 32}]
+      - generate: {N: [1, 8], C: {start: 128, stop: 1024, mul: 2}, H: [8, 64], W: H, G: 32}
       - synthetic: {count: 200, seed: 0}
     kernels:                      # optional; default: every family of the operator
-      - family: conv_igemm
-        where: {block_m: [64, 128], stages: {min: 3}}
+      - family: gn_twopass
+        where: {threads: [256, 512], vec: {min: 4}}
     timing: {min_repeats: 20}     # overrides of farm.timing.TimingPolicy
 
-In `generate`, a field is a number, a list, a range ({start, stop, step} or {start, stop, mul},
-stop included), or the name of an earlier field (K: C, W: H, G: C for depthwise); pad_h and
-pad_w may be `same`. Combinations that break a shape rule (C not divisible by G, ...) are
+Fields are the operator's shape record's (a CSV has one column per field; optional ones may
+be left out). In `generate`, a field is a value, a list, a range ({start, stop, step} or
+{start, stop, mul}, stop included), the name of an earlier field (W: H; G: C for depthwise),
+or a word the operator defines (a convolution's padding may be `same`). Fields resolve in
+the operator's order. Combinations that break a shape rule (C not divisible by G, ...) are
 dropped and counted; a generator that yields nothing valid is an error.
 """
 
@@ -26,20 +27,19 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
-from farm.problems import CONV_DEFAULTS, CONV_FIELDS, OPERATORS, ConvProblem, ProblemError
-from farm.problems import problem_from_fields
-from farm.synthetic import synthetic_shapes
+from farm.problems import Problem, ProblemError
 from farm.timing import TimingPolicy
 from kernels import UnknownFamily, families_for, get_family
+from kernels.operator import OperatorSpec
+from kernels.registry import UnknownOperator, operator_spec
 
 MAX_GENERATED = 100_000
-GENERATE_ORDER = ("N", "C", "K", "G", "H", "W", "R", "S", "stride_h", "stride_w",
-                  "dil_h", "dil_w", "pad_h", "pad_w")
 
 
 class SpecError(ValueError):
@@ -117,12 +117,21 @@ class KernelSelection(_Strict):
 
 class JobSpec(_Strict):
     name: str = Field(min_length=1, max_length=200)
-    operator: Literal[OPERATORS]  # type: ignore[valid-type]
+    operator: str
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     priority: int = 0
     problems: list[ProblemSource] = Field(min_length=1)
     kernels: list[KernelSelection] = []
     timing: TimingPolicy = TimingPolicy()
+
+    @field_validator("operator")
+    @classmethod
+    def _known_operator(cls, value: str) -> str:
+        try:
+            operator_spec(value)
+        except UnknownOperator as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,7 @@ class ResolvedSpec:
     """A spec that passed every check, with its problems expanded and deduplicated."""
 
     spec: JobSpec
-    problems: tuple[ConvProblem, ...]
+    problems: tuple[Problem, ...]
     source: str
     dropped: int  # generated combinations that broke a shape rule
 
@@ -175,7 +184,7 @@ def resolve_spec(data: Any, path: Path) -> ResolvedSpec:
         first = next((e for e in errors if e["type"] == "value_error"), errors[0])
         message = first["msg"].removeprefix("Value error, ")
         raise SpecError(f"{path}: {_location(first['loc'])}", message) from exc
-    problems: list[ConvProblem] = []
+    problems: list[Problem] = []
     dropped = 0
     for index, source in enumerate(spec.problems):
         where = f"{path}: problems[{index}]"
@@ -187,34 +196,39 @@ def resolve_spec(data: Any, path: Path) -> ResolvedSpec:
     return ResolvedSpec(spec=spec, problems=unique, source=str(path), dropped=dropped)
 
 
-def _problem(spec: JobSpec, fields: dict[str, Any], where: str) -> ConvProblem:
+def _problem(spec: JobSpec, fields: dict[str, Any], where: str) -> Problem:
     try:
-        return problem_from_fields(spec.operator, spec.dtype, fields)
+        return operator_spec(spec.operator).problem(spec.dtype, fields)
     except ProblemError as exc:
         raise SpecError(where, str(exc)) from exc
 
 
 def _expand(source: ProblemSource, spec: JobSpec, path: Path,
-            where: str) -> tuple[list[ConvProblem], int]:
+            where: str) -> tuple[list[Problem], int]:
     if source.csv:
         return _from_csv(path.parent / source.csv, spec, f"{where}.csv"), 0
     if source.inline:
         return [_problem(spec, fields, f"{where}.inline[{i}]")
                 for i, fields in enumerate(source.inline)], 0
     if source.synthetic:
-        shapes = synthetic_shapes(source.synthetic.count, source.synthetic.seed)
+        try:
+            shapes = operator_spec(spec.operator).synthetic_shapes(source.synthetic.count,
+                                                                  source.synthetic.seed)
+        except NotImplementedError as exc:
+            raise SpecError(f"{where}.synthetic", str(exc)) from None
         return [_problem(spec, fields, f"{where}.synthetic") for fields in shapes], 0
     return _generate(source.generate or {}, spec, f"{where}.generate")
 
 
-def _from_csv(csv_path: Path, spec: JobSpec, where: str) -> list[ConvProblem]:
+def _from_csv(csv_path: Path, spec: JobSpec, where: str) -> list[Problem]:
     if not csv_path.is_file():
         raise SpecError(where, f"no such CSV file {csv_path}")
     with csv_path.open(newline="") as handle:
         reader = csv.DictReader(handle)
         header = [h.strip() for h in reader.fieldnames or []]
         reader.fieldnames = header
-        missing = [f for f in CONV_FIELDS if f not in header and f not in CONV_DEFAULTS]
+        record = operator_spec(spec.operator).problem_type
+        missing = [f for f in record.FIELDS if f not in header and f not in record.DEFAULTS]
         if missing:
             raise SpecError(f"{where} ({csv_path})",
                             f"the header lacks column(s) {', '.join(missing)}")
@@ -225,43 +239,53 @@ def _from_csv(csv_path: Path, spec: JobSpec, where: str) -> list[ConvProblem]:
     return problems
 
 
-def _choices(name: str, value: FieldValues, partial: dict[str, int], where: str) -> list[int]:
+def _order(operator: OperatorSpec) -> tuple[str, ...]:
+    return operator.generate_order or operator.fields
+
+
+def _choices(operator: OperatorSpec, name: str, value: FieldValues, partial: dict[str, Any],
+             where: str) -> list[Any]:
     items = value.values() if isinstance(value, Range) else (
         value if isinstance(value, list) else [value])
+    texts = operator.problem_type.TEXT_FIELDS.get(name, ())
     out = []
     for item in items:
-        if isinstance(item, int):
+        derived = None if isinstance(item, int) else operator.generate_value(name, item, partial)
+        if isinstance(item, int) or item in texts:
             out.append(item)
-        elif item == "same" and name in ("pad_h", "pad_w"):
-            r, d = (partial["R"], partial["dil_h"]) if name == "pad_h" else (
-                partial["S"], partial["dil_w"])
-            out.append(d * (r - 1) // 2)
+        elif derived is not None:
+            out.append(derived)
         elif item in partial:
             out.append(partial[item])
         else:
-            raise SpecError(f"{where}.{name}", f"{item!r} is neither a number nor an earlier "
-                            f"field (fields resolve in the order {', '.join(GENERATE_ORDER)})")
+            raise SpecError(f"{where}.{name}", f"{item!r} is neither a value nor an earlier "
+                            f"field (fields resolve in the order "
+                            f"{', '.join(_order(operator))})")
     return out
 
 
 def _generate(fields: dict[str, FieldValues], spec: JobSpec,
-              where: str) -> tuple[list[ConvProblem], int]:
-    unknown = sorted(set(fields) - set(GENERATE_ORDER))
+              where: str) -> tuple[list[Problem], int]:
+    operator = operator_spec(spec.operator)
+    order, defaults = _order(operator), operator.problem_type.DEFAULTS
+    unknown = sorted(set(fields) - set(order))
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]}", f"unknown field; fields are {', '.join(CONV_FIELDS)}")
-    missing = [f for f in GENERATE_ORDER if f not in fields and f not in CONV_DEFAULTS]
+        raise SpecError(f"{where}.{unknown[0]}", f"unknown field; {spec.operator} fields are "
+                        f"{', '.join(operator.fields)}")
+    missing = [f for f in order if f not in fields and f not in defaults]
     if missing:
         raise SpecError(where, f"missing field(s) {', '.join(missing)}")
-    partials: list[dict[str, int]] = [{}]
-    for name in GENERATE_ORDER:
-        value = fields.get(name, CONV_DEFAULTS.get(name))
-        partials = [{**p, name: v} for p in partials for v in _choices(name, value, p, where)]
+    partials: list[dict[str, Any]] = [{}]
+    for name in order:
+        value = fields.get(name, defaults.get(name))
+        partials = [{**p, name: v} for p in partials
+                    for v in _choices(operator, name, value, p, where)]
         if len(partials) > MAX_GENERATED:
             raise SpecError(where, f"more than {MAX_GENERATED} combinations; narrow the ranges")
     problems, dropped = [], 0
     for fields_ in partials:
         try:
-            problems.append(problem_from_fields(spec.operator, spec.dtype, fields_))
+            problems.append(operator.problem(spec.dtype, fields_))
         except ProblemError:
             dropped += 1
     if not problems:

@@ -1,12 +1,16 @@
-"""What an operator means independently of any kernel: its tensors, its reference and how close
-an instance's output must come to it."""
+"""What an operator is, independently of any kernel: its shape record, its tensors, its reference
+and how close an instance's output must come to it, the shapes a sweep can generate, the inputs
+of the selection models' features, and the vendor library's call. One OperatorSpec per operator;
+an operator's package registers its specs with kernels.registry."""
 
 from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from kernels.family import DTYPE_CODES, Launch
 
@@ -40,9 +44,25 @@ def tolerance_for(dtype: str, reduction_length: int) -> Tolerance:
     return Tolerance(rel_l2=4 * (eps / 2 + summation), rel_max=4 * (eps + summation))
 
 
+@dataclass(frozen=True)
+class VendorCall:
+    """The vendor library's work on one problem: `run` computes every output and returns them
+    by name; `outputs` are views of the output buffers, shaped as run's results."""
+
+    run: Callable[[], dict[str, Any]]
+    outputs: Mapping[str, Any]
+
+
 class OperatorSpec(abc.ABC):
     name: str
+    problem_type: type  # the shape record: a frozen dataclass deriving from farm.problems.Problem
     reference_source: str  # relative to kernels/, compiled with FARM_REFERENCE (fp32 output)
+    networks_dir: Path | None = None  # CSV problem sets of real networks (column `network`)
+    # The selection models' features of a shape: (name, formula) pairs over the shape's
+    # numbers (farm.problems.Problem.numbers) and the device constants, then interactions
+    # with the instance columns (farm/select/features.py evaluates both, in NumPy and in C).
+    shape_formulas: ClassVar[tuple[tuple[str, str], ...]] = ()
+    interactions: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @abc.abstractmethod
     def tensors(self, problem: Any) -> list[Tensor]:
@@ -71,3 +91,48 @@ class OperatorSpec(abc.ABC):
     def output(self, problem: Any) -> Tensor:
         """The first output."""
         return self.outputs(problem)[0]
+
+    def reference_workspace_bytes(self, problem: Any) -> int:
+        """fp32 scratch the reference launches use (as the tensor named "workspace")."""
+        return 0
+
+    def input_launches(self, problem: Any) -> list[Launch]:
+        """Launches of the reference source that derive inputs from the random ones (the
+        forward's statistics of a normalization), run after every random fill."""
+        return []
+
+    # Shapes ----------------------------------------------------------------------------------
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.problem_type.FIELDS
+
+    @property
+    def shape_columns(self) -> tuple[str, ...]:
+        """The fields that the dashboard and `farm query timings` show and filter on."""
+        return self.problem_type.FIELDS
+
+    def problem(self, dtype: str, fields: Mapping[str, Any]) -> Any:
+        return self.problem_type.from_fields(self.name, dtype, fields)
+
+    generate_order: tuple[str, ...] = ()  # the order a sweep's `generate` resolves fields in
+
+    def generate_value(self, name: str, word: str, partial: Mapping[str, Any]) -> Any:
+        """A word a sweep's `generate` may give for a field, beyond an earlier field's name
+        (conv: pad_h: same); None when the word means nothing for `name`."""
+        return None
+
+    def synthetic_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """`count` shapes that cover the space real networks draw from, the same for a seed."""
+        raise NotImplementedError(f"{self.name} has no synthetic shape generator")
+
+    # Features ------------------------------------------------------------------------------------
+    def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:
+        """The generic instance columns (farm.select.features.INSTANCE) that a configuration
+        gives; what is missing is NaN."""
+        return {}
+
+    # Vendor baseline -----------------------------------------------------------------------------
+    def vendor_call(self, problem: Any, tensors: Mapping[str, Any]) -> VendorCall | None:
+        """With 1-D PyTorch tensors over every tensor's memory by name (kernels/vendor.py makes
+        them), the vendor library's call; None when this operator has no vendor baseline."""
+        return None

@@ -1,21 +1,34 @@
-"""The families the farm knows, by name. A family module registers itself on import."""
+"""The operators and kernel families the farm knows, by name. An operator's package registers
+its OperatorSpecs and its families' descriptors on import. The farm imports its own packages
+(OPERATOR_PACKAGES) and every module that an installed distribution names under the entry
+point groups `kernel_farm.operators` and `kernel_farm.families`: another package adds an
+operator or a family by declaring one there (docs/adding-an-operator.md)."""
 
 from __future__ import annotations
 
 import importlib
+import logging
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kernels.family import KernelFamily
     from kernels.operator import OperatorSpec
 
-FAMILY_MODULES: tuple[str, ...] = ("kernels.conv.naive", "kernels.conv.igemm", "kernels.conv.direct",
-                                   "kernels.vendor")
+OPERATOR_PACKAGES: tuple[str, ...] = ("kernels.conv", "kernels.groupnorm", "kernels.vendor")
+ENTRY_POINT_GROUPS = ("kernel_farm.operators", "kernel_farm.families")
 _FAMILIES: dict[str, KernelFamily] = {}
+_OPERATORS: dict[str, OperatorSpec] = {}
+_loaded = False
+log = logging.getLogger(__name__)
 
 
 class UnknownFamily(LookupError):
     """A kernel family name the farm does not know."""
+
+
+class UnknownOperator(LookupError):
+    """An operator name the farm does not know."""
 
 
 def register(family: KernelFamily) -> KernelFamily:
@@ -23,9 +36,31 @@ def register(family: KernelFamily) -> KernelFamily:
     return family
 
 
+def register_operator(spec: OperatorSpec) -> OperatorSpec:
+    _OPERATORS[spec.name] = spec
+    return spec
+
+
+def plugin_modules() -> list[str]:
+    """The modules installed distributions declare under ENTRY_POINT_GROUPS."""
+    found = []
+    for group in ENTRY_POINT_GROUPS:
+        found += [entry.value for entry in metadata.entry_points(group=group)]
+    return list(dict.fromkeys(found))
+
+
 def _load() -> None:
-    for module in FAMILY_MODULES:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in OPERATOR_PACKAGES:
         importlib.import_module(module)
+    for module in plugin_modules():
+        try:
+            importlib.import_module(module.split(":")[0])
+        except Exception as exc:  # a broken plugin must not take the farm down with it
+            log.warning("plugin module %s failed to load: %s", module, exc)
 
 
 def families() -> dict[str, KernelFamily]:
@@ -45,17 +80,19 @@ def families_for(operator: str) -> list[KernelFamily]:
     return [f for f in families().values() if operator in f.operators]
 
 
+def operators() -> dict[str, OperatorSpec]:
+    _load()
+    return dict(_OPERATORS)
+
+
 def operator_names() -> list[str]:
     """The operators the farm knows, sorted."""
-    from kernels.conv.operator import OPERATORS
-
-    return sorted(OPERATORS)
+    return sorted(operators())
 
 
 def operator_spec(name: str) -> OperatorSpec:
-    """What `name` computes: its tensors, reference and tolerance."""
-    from kernels.conv.operator import OPERATORS
-
-    if name not in OPERATORS:
-        raise LookupError(f"unknown operator {name!r}; known: {', '.join(operator_names())}")
-    return OPERATORS[name]
+    """What `name` computes: its shape record, tensors, reference and tolerance."""
+    known = operators()
+    if name not in known:
+        raise UnknownOperator(f"unknown operator {name!r}; known: {', '.join(sorted(known))}")
+    return known[name]

@@ -1,6 +1,7 @@
-"""vendor: the vendor library's convolution (cuDNN on NVIDIA, MIOpen on AMD) through PyTorch,
-measured by the same policy as every family so each sweep carries the baseline side by side.
-Needs the `vendor` extra (torch) on the worker; selection models never pick it."""
+"""vendor: the vendor library (cuDNN on NVIDIA, MIOpen on AMD) through PyTorch, as each operator
+calls it (OperatorSpec.vendor_call), measured by the same policy as every family so each sweep
+carries the baseline side by side. Needs the `vendor` extra (torch) on the worker; selection
+models never pick it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from farm.problems import CONV_OPERATORS, ConvProblem
 from kernels.family import Instance, KernelFamily, Launch
-from kernels.registry import register
+from kernels.operator import OperatorSpec, VendorCall
+from kernels.registry import operator_spec, operators, register
 
-_TYPESTR = {"bf16": "<i2", "fp16": "<f2", "fp32": "<f4"}
+_TYPESTR_OF = {"bf16": "<i2", "fp16": "<f2", "fp32": "<f4"}
 
 
 @functools.cache
@@ -36,83 +37,67 @@ def _why_not_torch() -> str | None:
 class _DeviceArray:
     """A raw device pointer as a CUDA array (no copy), for torch.as_tensor."""
 
-    def __init__(self, ptr: int, elements: int, dtype: str) -> None:
-        self.__cuda_array_interface__ = {"shape": (elements,), "typestr": _TYPESTR[dtype],
+    def __init__(self, ptr: int, elements: int, typestr: str) -> None:
+        self.__cuda_array_interface__ = {"shape": (elements,), "typestr": typestr,
                                          "data": (ptr, False), "version": 3}
 
 
-def _tensor(ptr: int, elements: int, dtype: str, shape: tuple[int, ...]) -> Any:
+def _flat(ptr: int, elements: int, dtype: str) -> Any:
     torch = _torch()
-    flat = torch.as_tensor(_DeviceArray(ptr, elements, dtype), device="cuda")
-    if dtype == "bf16":
-        flat = flat.view(torch.bfloat16)
-    return flat.view(*shape).permute(0, 3, 1, 2)  # channels-last memory, NCHW logical
+    flat = torch.as_tensor(_DeviceArray(ptr, elements, _TYPESTR_OF[dtype]), device="cuda")
+    return flat.view(torch.bfloat16) if dtype == "bf16" else flat
 
 
 @dataclass
 class VendorRun:
-    """One convolution call; its result lands in a tensor that publish() copies to the output."""
+    """One vendor call; its results land in tensors that publish() copies to the outputs."""
 
-    problem: ConvProblem
-    tensors: dict[str, Any]
-    result: Any = None
+    call: VendorCall
+    result: dict[str, Any] | None = None
 
     def enqueue(self) -> None:
-        torch, p = _torch(), self.problem
-        geometry = dict(stride=(p.stride_h, p.stride_w), padding=(p.pad_h, p.pad_w),
-                        dilation=(p.dil_h, p.dil_w), groups=p.G)
-        t = self.tensors
-        if p.op == "conv2d_fwd":
-            self.result = torch.nn.functional.conv2d(t["x"], t["w"], None, **geometry)
-            return
-        mask = [True, False, False] if p.op == "conv2d_bwd_data" else [False, True, False]
-        x = t["dx"] if p.op == "conv2d_bwd_data" else t["x"]
-        w = t["w"] if p.op == "conv2d_bwd_data" else t["dw"]
-        grads = torch.ops.aten.convolution_backward(
-            t["dy"], x, w, None, geometry["stride"], geometry["padding"], geometry["dilation"],
-            False, [0, 0], p.G, mask)
-        self.result = grads[0] if p.op == "conv2d_bwd_data" else grads[1]
+        self.result = self.call.run()
 
     def publish(self) -> None:
-        out = {"conv2d_fwd": "y", "conv2d_bwd_data": "dx", "conv2d_bwd_weight": "dw"}[
-            self.problem.op]
-        self.tensors[out].copy_(self.result)
+        for name, tensor in (self.result or {}).items():
+            self.call.outputs[name].copy_(tensor)
 
 
-class VendorConv(KernelFamily):
+class VendorFamily(KernelFamily):
+    """The vendor library's implementation of every operator that names one."""
+
     name = "vendor"
     short = "vendor"
-    operators = CONV_OPERATORS
     source_file = ""
     compiled = False
     measure_order = 0
+
+    @property
+    def operators(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(name for name, spec in operators().items()
+                     if type(spec).vendor_call is not OperatorSpec.vendor_call)
 
     def configs(self, operator: str) -> list[dict]:
         return [{"library": "torch"}]
 
     def source(self) -> str:
-        return "vendor: torch.nn.functional.conv2d / aten.convolution_backward"
+        return "vendor: the operator's PyTorch call (OperatorSpec.vendor_call)"
 
-    def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
+    def launches(self, instance: Instance, problem: Any) -> list[Launch]:
         raise TypeError("the vendor family calls a library; it has no launches")
 
-    def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
+    def applicable(self, instance: Instance, problem: Any) -> str | None:
         return _why_not_torch()
 
-    def runnable(self, instance: Instance, problem: ConvProblem, device: Any, module: Any,
+    def runnable(self, instance: Instance, problem: Any, device: Any, module: Any,
                  pointers: dict[str, int]) -> VendorRun:
-        p, dt = problem, problem.dtype
-        shapes = {"x": (p.N, p.H, p.W, p.C), "dx": (p.N, p.H, p.W, p.C),
-                  "w": (p.K, p.R, p.S, p.c_per_group), "dw": (p.K, p.R, p.S, p.c_per_group),
-                  "y": (p.N, p.P, p.Q, p.K), "dy": (p.N, p.P, p.Q, p.K)}
-        tensors = {}
-        for name, shape in shapes.items():
-            if name in pointers:
-                elements = 1
-                for size in shape:
-                    elements *= size
-                tensors[name] = _tensor(pointers[name], elements, dt, shape)
-        return VendorRun(problem, tensors)
+        spec = operator_spec(problem.op)
+        flat = {t.name: _flat(pointers[t.name], t.elements, t.element_type(problem))
+                for t in spec.tensors(problem) if t.name in pointers}
+        call = spec.vendor_call(problem, flat)
+        if call is None:
+            raise TypeError(f"{problem.op} has no vendor call")
+        return VendorRun(call)
 
 
-FAMILY = register(VendorConv())
+FAMILY = register(VendorFamily())

@@ -24,7 +24,6 @@ from farm.cluster.compiling import Compiles
 from farm.cluster.config import CoordinatorConfig
 from farm.cluster.coordinator import Coordinator, JobOutcome, connect_ray
 from farm.cluster.pairs import select_instances
-from farm.problems import CONV_FIELDS, ConvProblem
 from farm.recording import find_recording
 from farm.specs import load_spec
 from farm.store import SETTLED_STATES, Queries
@@ -86,9 +85,9 @@ def summarize_job(store: Queries, outcome: JobOutcome, environment_ids: list[int
         table = Table("shape", "best instance", "median us", "TFLOP/s", "vendor us",
                       "speed-up", title=f"best instance per shape ({min(rows, len(best))} of "
                                         f"{len(best)}, largest speed-up over the vendor first)")
+        labels = {p.key: p.label() for p in store.job_problems(job.id)}
         for record in best.head(rows).to_dict("records"):
-            shape = ConvProblem(op=job.operator, dtype=job.dtype,
-                                **{f: int(record[f]) for f in CONV_FIELDS}).label()
+            shape = labels.get(record["problem_key"], record["problem_key"][:12])
             baseline = vendor.get(record["problem_key"])
             table.add_row(shape, record["kernel"], f"{record['median_us']:.1f}",
                           f"{record['tflops']:.1f}" if record["tflops"] == record["tflops"]

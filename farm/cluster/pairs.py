@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from farm.problems import ConvProblem
+from farm.problems import Problem
 from farm.specs import JobSpec, matches
 from farm.store import SETTLED_STATES, Queries
 from farm.timing import TimingPolicy
@@ -26,7 +26,7 @@ class JobPlan:
     operator: str
     dtype: str
     policy: TimingPolicy
-    problems: dict[int, ConvProblem]
+    problems: dict[int, Problem]
     instances: dict[int, Instance]
     pairs: tuple[Pair, ...]
 

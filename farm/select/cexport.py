@@ -30,9 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from farm.problems import CONV_FIELDS
 from farm.select.catalogue import CatalogueEntry
-from farm.select.features import INSTANCE, INTERACTIONS, FeatureSpec, instance_matrix
+from farm.select.features import INSTANCE, FeatureSpec, instance_matrix
 from farm.select.trees import LeafMasks, Split, Tree, leaf_masks, nan_left, parse_trees
 
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -108,7 +107,7 @@ class _Columns:
 
     def __init__(self, spec: FeatureSpec, table: np.ndarray) -> None:
         self.names, self.table = spec.names, table
-        self.shape = len(CONV_FIELDS) + len(spec.shape_formulas)
+        self.shape = len(spec.inputs) + len(spec.shape_formulas)
         self.constants = list(spec.constants().values())
         self.instance = self.shape + len(self.constants)
         self.interactions = self.instance + table.shape[1]
@@ -179,18 +178,18 @@ def _value_lines(spec: FeatureSpec, cols: _Columns) -> tuple[list[str], list[str
     """The shape's values (once per call) and the interactions (per candidate, into X) that
     the trees read, with what they are computed from."""
     wanted = set(cols.read) | {cols.names[f] for f in cols.stored}
-    for name, formula in reversed((*spec.shape_formulas, *INTERACTIONS)):
+    for name, formula in reversed((*spec.shape_formulas, *spec.interactions)):
         if name in wanted:
             wanted |= _names(formula)
     shape = [f"  const double v_{f} = (double)shape[{i}];"
-             for i, f in enumerate(CONV_FIELDS) if f in wanted]
+             for i, f in enumerate(spec.inputs) if f in wanted]
     shape += [f"  const double v_{n} = {_double(v)};" for n, v in spec.constants().items()
               if n in wanted]
     shape += [f"  const double v_{n} = {c_expression(f)};" for n, f in spec.shape_formulas
               if n in wanted]
     per = [f"    const double v_{n} = INST[{spec.instance.index(n)}][c];"
            for n in INSTANCE if n in wanted]
-    per += [f"    const double v_{n} = {c_expression(f)};" for n, f in INTERACTIONS
+    per += [f"    const double v_{n} = {c_expression(f)};" for n, f in spec.interactions
             if n in wanted]
     per += [f"    X[{j}][c] = v_{cols.names[f]};" for f, j in cols.stored.items()]
     return shape, per

@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from farm.problems import CONV_FIELDS
 from farm.store import DatabaseError, NotFound, open_store
 
 _WIDTH = None if sys.stdout.isatty() else 160
@@ -123,16 +122,16 @@ def _fields(text: str) -> dict[str, str]:
         name, eq, value = item.partition("=")
         if not item.strip():
             continue
-        if not eq or name.strip() not in CONV_FIELDS:
-            raise typer.BadParameter(f"{item!r}: expected FIELD=INT with FIELD one of "
-                                     f"{', '.join(CONV_FIELDS)}", param_hint="--problem")
+        if not eq or not name.strip():
+            raise typer.BadParameter(f"{item!r}: expected FIELD=VALUE", param_hint="--problem")
         fields[name.strip()] = value.strip()
     return fields
 
 
 def select(model: Annotated[Path, typer.Option("--model", help="Bundle directory")],
            problem: Annotated[list[str], typer.Option(
-               help="N=32,C=256,K=256,G=1,H=28,W=28,R=3,S=3,... (repeatable)")],
+               help="The model's operator's shape fields: N=32,C=256,K=256,G=1,H=28,W=28,R=3,"
+                    "S=3,... or N=8,C=320,H=64,W=64,G=32 (repeatable)")],
            arch: Annotated[Optional[str], typer.Option(help="Refuse if not the model's")] = None,
            top: Annotated[int, typer.Option(help="Print the k best")] = 1) -> None:
     """The instance a runtime should launch for each shape."""

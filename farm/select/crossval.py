@@ -13,8 +13,8 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from farm.problems import CONV_FIELDS
-from farm.select.data import Dataset, SplitConfig, assign_splits, network_membership
+from farm.select.data import (Dataset, SplitConfig, assign_splits, geometries, network_membership,
+                              networks_dir)
 from farm.select.evaluate import efficiency
 from farm.select.train import TrainConfig, cost_of, pair_features, train, usable
 
@@ -23,18 +23,17 @@ def resplit(data: Dataset, holdout: Sequence[str], split: SplitConfig = SplitCon
             ) -> Dataset:
     """The dataset with these networks held out (validation by the same hash as ever)."""
     frame = data.frame
-    shapes = frame.drop_duplicates("problem").sort_values("problem")
-    shapes = list(shapes[list(CONV_FIELDS)].itertuples(index=False, name=None))
+    shapes = geometries(data.operator, frame.drop_duplicates("problem").sort_values("problem"))
     splits, described = assign_splits(shapes, dataclasses.replace(
-        split, holdout_networks=tuple(holdout)))
+        split, holdout_networks=tuple(holdout)), data.operator)
     frame = frame.assign(split=np.array(splits, dtype=object)[frame["problem"].to_numpy()])
     return dataclasses.replace(data, frame=frame, window={**data.window, "holdout": described})
 
 
 def networks_of(data: Dataset, split: SplitConfig = SplitConfig()) -> list[str]:
     """The networks any problem of the dataset occurs in."""
-    members = network_membership(split.networks_dir)
-    shapes = data.frame[list(CONV_FIELDS)].drop_duplicates().itertuples(index=False, name=None)
+    members = network_membership(data.operator, networks_dir(data.operator, split))
+    shapes = set(geometries(data.operator, data.frame))
     return sorted(set().union(*(members.get(s, set()) for s in shapes)))
 
 
@@ -59,5 +58,5 @@ def leave_networks_out(data: Dataset, config: TrainConfig = TrainConfig(),
         pooled.append(held.assign(cost=cost, fold=name, problem=held["problem"] + i * 10**6))
     frame = pd.concat(pooled, ignore_index=True)
     return {"folds": per_fold, "pooled": efficiency(frame, frame["cost"].to_numpy()).record(),
-            "distinct_shapes": int(frame.drop_duplicates(list(CONV_FIELDS)).shape[0]),
+            "distinct_shapes": len(set(geometries(data.operator, frame))),
             "training_seconds": seconds, "frame": frame}

@@ -1,8 +1,9 @@
 """Training data from the store: one row per measured (problem, instance) pair of an operator,
 architecture and dtype, with its catalogue index, whether the family's rules allow it, and its
-split. Splits go by whole problem: a hash of every shape field picks validation, and every
-problem that occurs in a held-out network (jobs/networks/*.csv) is held out, whichever other
-network shares it, so no shape leaks between the parts."""
+split. Splits go by whole problem: a hash of the shape's geometry (its numeric fields) picks
+validation, and every problem that occurs in a held-out network (the operator's networks_dir,
+CSV files with a `network` column) is held out, whichever other network shares it, so no shape
+leaks between the parts."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from farm.problems import CONV_FIELDS, ConvProblem
 from farm.select.catalogue import CatalogueEntry, ResourceLookup, build_catalogue, no_resources
 from farm.select.device import DeviceInfo, device_info
 from farm.store import Queries, TimingFilter
 from farm.store.queries import ModelQueries
-from kernels.registry import get_family
+from kernels.registry import get_family, operator_spec
 
-NETWORKS_DIR = Path(__file__).resolve().parents[2] / "jobs" / "networks"
 DEFAULT_HOLDOUT = ("efficientnet_b0", "resnext50_32x4d")
 USABLE = ("ok", "compile_error", "launch_error", "timeout", "wrong_result", "unsupported")
 SYNTHETIC_MARK = "SYNTHETIC"
@@ -35,7 +34,7 @@ class SplitConfig:
     validation_share: float = 0.2
     holdout_share: float = 0.2  # by hash, only where no problem belongs to a held-out network
     salt: str = "farm-select"
-    networks_dir: Path = NETWORKS_DIR
+    networks_dir: Path | None = None  # None: the operator's own (OperatorSpec.networks_dir)
 
 
 @dataclass(frozen=True)
@@ -54,15 +53,42 @@ class Dataset:
         return self.frame[self.frame["split"].isin(splits)]
 
 
-def network_membership(folder: Path = NETWORKS_DIR) -> dict[tuple[int, ...], set[str]]:
-    """Shape (every field) -> the networks it occurs in."""
+def geometry_fields(operator: str) -> tuple[str, ...]:
+    """The numeric shape fields: what makes two problems the same shape (Problem.geometry)."""
+    record = operator_spec(operator).problem_type
+    return tuple(f for f in record.FIELDS if f not in record.TEXT_FIELDS)
+
+
+def geometries(operator: str, frame: pd.DataFrame) -> list[tuple[int, ...]]:
+    """Each row's geometry (one column per shape field)."""
+    return [tuple(int(v) for v in row) for row in
+            frame[list(geometry_fields(operator))].itertuples(index=False, name=None)]
+
+
+def networks_dir(operator: str, config: SplitConfig = SplitConfig()) -> Path | None:
+    return config.networks_dir or operator_spec(operator).networks_dir
+
+
+def network_membership(operator: str = "conv2d_fwd", folder: Path | None = None
+                       ) -> dict[tuple[int, ...], set[str]]:
+    """Geometry -> the networks it occurs in, from the operator's network tables (CSV files with
+    a `network` column; a field the table leaves out takes its default)."""
+    folder = folder or operator_spec(operator).networks_dir
+    record = operator_spec(operator).problem_type
+    fields = geometry_fields(operator)
     found: dict[tuple[int, ...], set[str]] = {}
-    for path in sorted(Path(folder).glob("*.csv")):
+    for path in sorted(Path(folder).glob("*.csv")) if folder else []:
         table = pd.read_csv(path)
         if "network" not in table.columns:
             continue
-        for row in table[[*CONV_FIELDS, "network"]].itertuples(index=False):
-            found.setdefault(tuple(int(v) for v in row[:-1]), set()).add(str(row[-1]))
+        for field in fields:
+            if field not in table.columns:
+                if field not in record.DEFAULTS:
+                    break
+                table[field] = record.DEFAULTS[field]
+        else:
+            for shape, network in zip(geometries(operator, table), table["network"]):
+                found.setdefault(shape, set()).add(str(network))
     return found
 
 
@@ -71,9 +97,10 @@ def _bucket(shape: tuple[int, ...], salt: str) -> float:
     return int.from_bytes(digest[:8], "little") / 2**64
 
 
-def assign_splits(shapes: list[tuple[int, ...]], config: SplitConfig) -> tuple[list[str], dict]:
-    """The split of each problem and a description of the holdout."""
-    members = network_membership(config.networks_dir)
+def assign_splits(shapes: list[tuple[int, ...]], config: SplitConfig, operator: str
+                  ) -> tuple[list[str], dict]:
+    """The split of each problem (by its geometry) and a description of the holdout."""
+    members = network_membership(operator, networks_dir(operator, config))
     held = [bool(members.get(s, set()) & set(config.holdout_networks)) for s in shapes]
     holdout: dict[str, Any] = {"kind": "networks", "networks": list(config.holdout_networks)}
     if not any(held):
@@ -101,7 +128,8 @@ def load_dataset(queries: Queries, operator: str, arch: str, dtype: str,
     raw = measurements(queries, operator, arch, dtype, include_replay)
     if raw.empty:
         raise LookupError(f"no measurements of {operator} {dtype} on {arch}")
-    frame = raw.sort_values("id").drop_duplicates([*CONV_FIELDS, "kernel"], keep="last")
+    fields = list(operator_spec(operator).fields)
+    frame = raw.sort_values("id").drop_duplicates([*fields, "kernel"], keep="last")
     catalogue = tuple(build_catalogue(operator, dtype, set(frame["kernel"]), resources))
     if not catalogue:
         raise LookupError(f"no measured instance of {operator} {dtype} on {arch} is a "
@@ -109,13 +137,14 @@ def load_dataset(queries: Queries, operator: str, arch: str, dtype: str,
     index = {e.name: i for i, e in enumerate(catalogue)}
     vendor = frame[frame["family"] == "vendor"]
     frame = frame[frame["kernel"].isin(index)].copy()
-    shapes = list(frame[list(CONV_FIELDS)].itertuples(index=False, name=None))
+    shapes = list(frame[fields].itertuples(index=False, name=None))
     unique = list(dict.fromkeys(shapes))
     problem_of = {s: i for i, s in enumerate(unique)}
     frame["problem"] = [problem_of[s] for s in shapes]
     frame["candidate"] = frame["kernel"].map(index).astype(int)
     frame["applicable"] = _applicable(frame, catalogue, unique, operator, dtype)
-    splits, holdout = assign_splits(unique, split)
+    splits, holdout = assign_splits(
+        geometries(operator, pd.DataFrame(unique, columns=fields)), split, operator)
     frame["split"] = np.array(splits, dtype=object)[frame["problem"].to_numpy()]
     envs = sorted(set(raw["gpu_name"]))
     figures = ModelQueries(queries).arch_figures(arch)
@@ -129,7 +158,7 @@ def load_dataset(queries: Queries, operator: str, arch: str, dtype: str,
               "vendor_pairs": int(len(vendor)), "holdout": holdout,
               "splits": {k: int(v) for k, v in
                          pd.Series(splits).value_counts().sort_index().items()}}
-    keep = [*CONV_FIELDS, "problem", "candidate", "kernel", "family", "status", "median_us",
+    keep = [*fields, "problem", "candidate", "kernel", "family", "status", "median_us",
             "applicable", "split", "id"]
     return Dataset(operator, arch, dtype, device, catalogue,
                    frame[keep].reset_index(drop=True), window)
@@ -140,7 +169,9 @@ def _applicable(frame: pd.DataFrame, catalogue: tuple[CatalogueEntry, ...],
     """The family's rules on every row; a pair the worker called unsupported stays so."""
     instances = [e.instance() for e in catalogue]
     families = [get_family(e.family) for e in catalogue]
-    problems = [ConvProblem(operator, *(int(v) for v in s), dtype=dtype) for s in shapes]
+    spec = operator_spec(operator)
+    fields = spec.fields
+    problems = [spec.problem(dtype, dict(zip(fields, s))) for s in shapes]
     verdict = [families[c].applicable(instances[c], problems[p]) is None
                for p, c in zip(frame["problem"], frame["candidate"])]
     return np.array(verdict, dtype=bool) & (frame["status"] != "unsupported").to_numpy()

@@ -1,15 +1,15 @@
 """Features of a (problem, instance) pair, one formula each, evaluated by NumPy here and by the C
 export (farm/select/cexport.py) from the same text, so both give identical doubles.
 
-Groups, in column order: the shape fields; sizes derived from the shape (P, Q, C/G, K/G, the
-GEMM view M/N/K of the direction, FLOPs, bytes, roofline time); the device; the instance
-(family one-hot, every config field of every family as `cfg.FAMILY.FIELD`, NaN where the
-family has no such field, threads, tile sizes, split, vector width, specialised filter size,
-registers, shared memory, spills and the occupancy they allow: without the compiled code's
-registers, the bound of shared memory and threads alone); and the interactions (tile counts and
-last-tile fill per dimension, blocks, waves over the multiprocessors, padding waste, how far a
-specialised filter is from the shape's, the padded GEMM work and operand traffic of a tiling
-and the time they bound). Missing values are NaN.
+Groups, in column order: the shape fields as numbers (farm.problems.Problem.numbers); sizes
+derived from the shape (the operator's shape_formulas: a convolution's P, Q, GEMM view, FLOPs,
+bytes, roofline time); the device; the instance (family one-hot, every config field of every
+family as `cfg.FAMILY.FIELD`, NaN where the family has no such field, then the generic
+columns the operator maps each configuration to (OperatorSpec.instance_features: threads,
+tile sizes, split, vector width, ...), registers, shared memory, spills and the occupancy they
+allow: without the compiled code's registers, the bound of shared memory and threads alone);
+and the operator's interactions of shape and instance (tile counts, waves, padding waste, the
+time a tiling bounds, ...). Missing values are NaN.
 """
 
 from __future__ import annotations
@@ -21,51 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from farm.problems import CONV_FIELDS, DTYPE_BYTES
+from farm.problems import DTYPE_BYTES
 from farm.select.catalogue import CatalogueEntry, candidate_families
 from farm.select.device import DeviceInfo
-from kernels.conv.igemm import shared_bytes as staged_bytes
+from kernels.registry import operator_spec
 
 FEATURE_VERSION = 2
-_GEMM = {"conv2d_fwd": ("N*P*Q", "Kg", "Cg*R*S"),
-         "conv2d_bwd_data": ("N*H*W", "Cg", "Kg*R*S"),
-         "conv2d_bwd_weight": ("Kg", "Cg*R*S", "N*P*Q")}
 CONSTANTS = ("sm_count", "l2_bytes", "bandwidth_gbps", "peak_tflops", "elem_bytes")
 INSTANCE = ("threads", "tile_m", "tile_n", "tile_k", "tile_w", "split", "vec", "filter",
             "registers", "shared_bytes", "spill_bytes", "occupancy")
-INTERACTIONS = (
-    ("tiles_m", "cdiv(gemm_m, tile_m)"), ("fill_m", "(gemm_m - (tiles_m - 1) * tile_m) / tile_m"),
-    ("tiles_n", "cdiv(gemm_n, tile_n)"), ("fill_n", "(gemm_n - (tiles_n - 1) * tile_n) / tile_n"),
-    ("tiles_k", "cdiv(gemm_k, tile_k)"), ("fill_k", "(gemm_k - (tiles_k - 1) * tile_k) / tile_k"),
-    ("tiles_q", "cdiv(Q, tile_w)"), ("fill_q", "(Q - (tiles_q - 1) * tile_w) / tile_w"),
-    ("blocks", "tiles_m * tiles_n * G * split"),
-    ("k_steps", "tiles_k / split"),
-    ("waves", "blocks / (sm_count * occupancy)"),
-    ("last_wave", "waves - cdiv(waves, 1) + 1"),
-    ("sm_share", "vmin(blocks / sm_count, 1)"),
-    ("tile_waste", "tiles_m * tile_m * tiles_n * tile_n / (gemm_m * gemm_n)"),
-    ("per_thread_outputs", "tile_m * tile_n / threads"),
-    ("filter_gap", "vmax(filter - R, R - filter) + vmax(filter - S, S - filter)"),
-    ("padded_flops", "2 * G * tiles_m * tile_m * tiles_n * tile_n * tiles_k * tile_k"),
-    ("operand_bytes", "elem_bytes * G * (gemm_m * gemm_k * tiles_n + gemm_n * gemm_k * tiles_m)"),
-    ("wave_fill", "waves / cdiv(waves, 1)"),
-    ("tile_bound_us", "vmax(padded_flops / (peak_tflops * 1e6 * wave_fill * sm_share), "
-                      "operand_bytes / (bandwidth_gbps * 1e3))"),
-    ("tile_bound_ratio", "tile_bound_us / roofline_us"),
-)
-
-
-def shape_expressions(operator: str) -> tuple[tuple[str, str], ...]:
-    m, n, k = _GEMM[operator]
-    return (("P", "fdiv(H + 2 * pad_h - dil_h * (R - 1) - 1, stride_h) + 1"),
-            ("Q", "fdiv(W + 2 * pad_w - dil_w * (S - 1) - 1, stride_w) + 1"),
-            ("Cg", "C / G"), ("Kg", "K / G"),
-            ("gemm_m", m), ("gemm_n", n), ("gemm_k", k),
-            ("flops", "2 * N * P * Q * K * Cg * R * S"),
-            ("bytes", "elem_bytes * (N * H * W * C + K * Cg * R * S + N * P * Q * K)"),
-            ("intensity", "flops / bytes"),
-            ("l2_fit", "bytes / l2_bytes"),
-            ("roofline_us", "vmax(flops / (peak_tflops * 1e6), bytes / (bandwidth_gbps * 1e3))"))
 
 
 def _cdiv(a, b):
@@ -116,13 +80,22 @@ class FeatureSpec:
         return cls(FEATURE_VERSION, operator, dtype, device, instance_names(operator))
 
     @property
+    def inputs(self) -> tuple[str, ...]:
+        """The shape fields, in order: the numbers a caller gives (C export: int64 each)."""
+        return operator_spec(self.operator).fields
+
+    @property
     def shape_formulas(self) -> tuple[tuple[str, str], ...]:
-        return shape_expressions(self.operator)
+        return operator_spec(self.operator).shape_formulas
+
+    @property
+    def interactions(self) -> tuple[tuple[str, str], ...]:
+        return operator_spec(self.operator).interactions
 
     @property
     def names(self) -> tuple[str, ...]:
-        return (*CONV_FIELDS, *(n for n, _ in self.shape_formulas), *CONSTANTS,
-                *self.instance, *(n for n, _ in INTERACTIONS))
+        return (*self.inputs, *(n for n, _ in self.shape_formulas), *CONSTANTS,
+                *self.instance, *(n for n, _ in self.interactions))
 
     def constants(self) -> dict[str, float]:
         d = self.device
@@ -134,7 +107,7 @@ class FeatureSpec:
         return {"version": self.version, "operator": self.operator, "dtype": self.dtype,
                 "device": self.device.record(), "names": list(self.names),
                 "instance": list(self.instance),
-                "formulas": [list(f) for f in (*self.shape_formulas, *INTERACTIONS)]}
+                "formulas": [list(f) for f in (*self.shape_formulas, *self.interactions)]}
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> FeatureSpec:
@@ -163,15 +136,15 @@ def _occupancy(threads: float, registers: float, shared: float, d: DeviceInfo) -
 
 def _instance_row(spec: FeatureSpec, entry: CatalogueEntry) -> list[float]:
     cfg, res, nan = dict(entry.config), dict(entry.resources), math.nan
-    threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_m" in cfg else nan)
-    generic = {"threads": threads, "tile_m": cfg.get("block_m", nan),
-               "tile_n": cfg.get("block_n", nan), "tile_k": cfg.get("block_k", nan),
-               "tile_w": cfg.get("tile_w", nan), "split": cfg.get("split_k", 1),
-               "vec": cfg.get("vec", nan), "filter": cfg.get("fr", nan),
-               **{k: res.get(k, nan) for k in ("registers", "shared_bytes", "spill_bytes")}}
-    if math.isnan(generic["shared_bytes"]) and {"stages", "block_m", "block_n"} <= set(cfg):
-        generic["shared_bytes"] = staged_bytes(cfg)  # the pipeline's static tiles
-    generic["occupancy"] = _occupancy(float(threads), float(generic["registers"]),
+    generic = {name: nan for name in INSTANCE}
+    mapped = operator_spec(spec.operator).instance_features(cfg)
+    static_shared = mapped.pop("static_shared_bytes", nan)
+    generic.update(mapped)
+    generic["split"] = generic["split"] if not math.isnan(generic["split"]) else 1.0
+    generic.update({k: res.get(k, nan) for k in ("registers", "shared_bytes", "spill_bytes")})
+    if math.isnan(generic["shared_bytes"]):
+        generic["shared_bytes"] = static_shared  # what the code declares, without its cubin
+    generic["occupancy"] = _occupancy(float(generic["threads"]), float(generic["registers"]),
                                       float(generic["shared_bytes"]), spec.device)
     row = []
     for name in spec.instance:
@@ -202,15 +175,28 @@ def feature_matrix(spec: FeatureSpec, shapes: Mapping[str, Any], instances: np.n
     """Rows of features: shape fields (arrays of the rows' length, or scalars to broadcast
     over `instances`) against the instance columns of each row."""
     rows = instances.shape[0]
-    names: dict[str, Any] = {f: np.asarray(shapes[f], dtype=np.float64) for f in CONV_FIELDS}
+    names: dict[str, Any] = {f: np.asarray(shapes[f], dtype=np.float64) for f in spec.inputs}
     names.update(spec.constants())
     with np.errstate(divide="ignore", invalid="ignore"):
         for name, formula in spec.shape_formulas:
             names[name] = evaluate(formula, names)
         names.update({n: instances[:, i] for i, n in enumerate(spec.instance)})
-        for name, formula in INTERACTIONS:
+        for name, formula in spec.interactions:
             names[name] = evaluate(formula, names)
     out = np.empty((rows, len(spec.names)), dtype=np.float64)
     for i, name in enumerate(spec.names):
         out[:, i] = names[name]
+    return out
+
+
+def shape_numbers(operator: str, frame: Any) -> dict[str, np.ndarray]:
+    """The shape fields of a frame's rows (one column per field) as numbers: a field that
+    takes names becomes its index among the record's choices."""
+    record = operator_spec(operator).problem_type
+    out = {}
+    for field in record.FIELDS:
+        column = frame[field]
+        if field in record.TEXT_FIELDS:
+            column = column.map({v: i for i, v in enumerate(record.TEXT_FIELDS[field])})
+        out[field] = np.asarray(column, dtype=np.float64)
     return out

@@ -26,12 +26,12 @@ import lightgbm as lgb
 import numpy as np
 import platformdirs
 
-from farm.problems import CONV_FIELDS, ConvProblem, ProblemError, shape_of
+from farm.problems import Problem, ProblemError
 from farm.select.cexport import symbol_prefix
 from farm.select.export import C_FILE, MODEL, c_files, parse, read_bundle
-from farm.select.features import feature_matrix, instance_matrix
+from farm.select.features import feature_matrix, instance_matrix, shape_numbers
 from farm.select.train import cost_of
-from kernels.registry import get_family
+from kernels.registry import get_family, operator_spec
 
 BACKENDS = ("auto", "c", "lightgbm")
 
@@ -78,7 +78,8 @@ class Selector:
         self.index = {n: i for i, n in enumerate(self.names)}
         self._instances = [e.instance() for e in self.catalogue]
         self._families = [get_family(e.family) for e in self.catalogue]
-        self._rules: list[Callable[[ConvProblem], str | None]] = [
+        self._record = operator_spec(self.operator).problem_type
+        self._rules: list[Callable[[Problem], str | None]] = [
             partial(f.applicable, i) for f, i in zip(self._families, self._instances)]
         self._table = instance_matrix(self.spec, self.catalogue)
         self._booster = lgb.Booster(model_str=files[MODEL])
@@ -94,7 +95,7 @@ class Selector:
         """A Selector for the bundle directory `path` (farm models export)."""
         return cls(read_bundle(path), backend)
 
-    def _load_c(self, source: str) -> Callable[[ConvProblem], np.ndarray] | None:
+    def _load_c(self, source: str) -> Callable[[Problem], np.ndarray] | None:
         """The export's costs of a problem, into one buffer that each call overwrites."""
         lib_path = compile_shared(source)
         if lib_path is None:
@@ -102,28 +103,33 @@ class Selector:
         self._lib = ctypes.CDLL(str(lib_path))
         costs = getattr(self._lib, symbol_prefix(self.operator, self.arch, self.dtype) + "_costs")
         costs.argtypes, costs.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        shape = (ctypes.c_int64 * len(CONV_FIELDS))()
+        inputs = len(self.spec.inputs)
+        shape = (ctypes.c_int64 * inputs)()
         cost = np.zeros(len(self.catalogue), dtype=np.float64)
-        pack = struct.Struct(f"{len(CONV_FIELDS)}q").pack_into
+        pack = struct.Struct(f"{inputs}q").pack_into
         shape_ptr = ctypes.c_void_p(ctypes.addressof(shape))
         cost_ptr = ctypes.c_void_p(cost.ctypes.data)
 
-        def run(problem: ConvProblem) -> np.ndarray:
-            pack(shape, 0, *shape_of(problem))
+        def run(problem: Problem) -> np.ndarray:
+            pack(shape, 0, *problem.number_values())
             costs(shape_ptr, cost_ptr)
             return cost
         return run
 
     # Questions ---------------------------------------------------------------------------
-    def problem(self, problem: ConvProblem | Mapping[str, Any], arch: str | None = None
-                ) -> ConvProblem:
-        """The problem as a ConvProblem, refusing what this model never saw."""
+    def problem(self, problem: Problem | Mapping[str, Any], arch: str | None = None
+                ) -> Problem:
+        """The problem as its operator's record, refusing what this model never saw."""
         if arch is not None and arch != self.arch:
             raise SelectionError(f"this model chooses for {self.arch}; it never saw {arch} "
                                  f"(train or export a model for {arch})")
-        if not isinstance(problem, ConvProblem):
+        if not isinstance(problem, Problem):
+            unknown = [f for f in problem if f not in self._record.FIELDS and f != "layout"]
+            if unknown:
+                raise SelectionError(f"unknown field(s) {', '.join(unknown)}; {self.operator} "
+                                     f"fields are {', '.join(self._record.FIELDS)}")
             try:
-                problem = ConvProblem.from_fields(self.operator, self.dtype, problem)
+                problem = self._record.from_fields(self.operator, self.dtype, problem)
             except ProblemError as exc:
                 raise SelectionError(str(exc)) from exc
         if problem.op != self.operator or problem.dtype != self.dtype:
@@ -132,25 +138,25 @@ class Selector:
                 f"{problem.op} {problem.dtype}")
         return problem
 
-    def costs(self, problem: ConvProblem) -> np.ndarray:
+    def costs(self, problem: Problem) -> np.ndarray:
         """Each candidate's cost (lower is better), applicable or not, in catalogue order."""
         return self._costs(problem).copy()
 
-    def _costs(self, problem: ConvProblem) -> np.ndarray:
+    def _costs(self, problem: Problem) -> np.ndarray:
         """costs(), from the C export into its buffer (valid until the next call)."""
         if self._costs_c is not None:
             return self._costs_c(problem)
         return self._costs_batch([problem])[0]
 
-    def _costs_batch(self, problems: Sequence[ConvProblem]) -> np.ndarray:
+    def _costs_batch(self, problems: Sequence[Problem]) -> np.ndarray:
         count = len(self.catalogue)
-        shapes = {f: np.repeat(np.array([getattr(p, f) for p in problems], np.float64), count)
-                  for f in CONV_FIELDS}
+        values = np.array([p.number_values() for p in problems], np.float64)
+        shapes = {f: np.repeat(values[:, i], count) for i, f in enumerate(self.spec.inputs)}
         x = feature_matrix(self.spec, shapes, np.tile(self._table, (len(problems), 1)))
         raw = self._booster.predict(x, raw_score=True)
         return cost_of(self.kind, raw).reshape(len(problems), count)
 
-    def _ranked(self, problem: ConvProblem, cost: np.ndarray, k: int) -> list[str]:
+    def _ranked(self, problem: Problem, cost: np.ndarray, k: int) -> list[str]:
         """The k best applicable candidates, best first (ties: catalogue order)."""
         first = int(cost.argmin()) if k == 1 else -1  # the stable sort's first
         if first >= 0 and self._rules[first](problem) is None:
@@ -165,22 +171,22 @@ class Selector:
             raise SelectionError(f"no candidate instance can run {problem.label()}")
         return out
 
-    def allowed(self, problem: ConvProblem) -> list[bool]:
+    def allowed(self, problem: Problem) -> list[bool]:
         """Whether each candidate's family rules let it run `problem` (catalogue order)."""
         return [rule(problem) is None for rule in self._rules]
 
-    def top(self, problem: ConvProblem | Mapping[str, Any], k: int,
+    def top(self, problem: Problem | Mapping[str, Any], k: int,
             arch: str | None = None) -> list[str]:
         """The model's k best applicable instances, best first (measure them at run time)."""
         problem = self.problem(problem, arch)
         return self._ranked(problem, self._costs(problem), k)
 
-    def select(self, problem: ConvProblem | Mapping[str, Any], arch: str | None = None) -> str:
+    def select(self, problem: Problem | Mapping[str, Any], arch: str | None = None) -> str:
         """The instance to launch for one shape."""
         problem = self.problem(problem, arch)
         return self._ranked(problem, self._costs(problem), 1)[0]
 
-    def select_many(self, problems: Sequence[ConvProblem | Mapping[str, Any]],
+    def select_many(self, problems: Sequence[Problem | Mapping[str, Any]],
                     arch: str | None = None) -> list[str]:
         """The instance for each shape of a batch."""
         checked = [self.problem(p, arch) for p in problems]
@@ -196,7 +202,7 @@ class Selector:
         rows = known.notna().to_numpy()
         out = np.full(len(frame), np.nan)
         if rows.any():
-            shapes = {f: frame[f].to_numpy(np.float64)[rows] for f in CONV_FIELDS}
+            shapes = {f: v[rows] for f, v in shape_numbers(self.operator, frame).items()}
             table = self._table[known[rows].astype(int).to_numpy()]
             raw = self._booster.predict(feature_matrix(self.spec, shapes, table),
                                         raw_score=True)

@@ -23,11 +23,11 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from farm.problems import CONV_FIELDS, ConvProblem
 from farm.select.catalogue import CatalogueEntry
 from farm.select.data import Dataset
 from farm.select.evaluate import Efficiency, choices, efficiency
-from farm.select.features import FeatureSpec, feature_matrix, instance_matrix
+from farm.select.features import FeatureSpec, feature_matrix, instance_matrix, shape_numbers
+from kernels.registry import operator_spec
 
 KINDS = ("regressor", "ranker", "hybrid")
 GRADES = 30  # ranker relevance: 30 for the fastest, one less per 4% slower, 0 at the floor
@@ -100,7 +100,7 @@ def pair_features(spec: FeatureSpec, catalogue: tuple[CatalogueEntry, ...],
                   frame: pd.DataFrame) -> np.ndarray:
     """Feature rows of a frame's pairs (shape fields and catalogue index per row)."""
     table = instance_matrix(spec, catalogue)
-    shapes = {f: frame[f].to_numpy(np.float64) for f in CONV_FIELDS}
+    shapes = shape_numbers(spec.operator, frame)
     return feature_matrix(spec, shapes, table[frame["candidate"].to_numpy()])
 
 
@@ -196,9 +196,9 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
 def per_problem(data: Dataset, frame: pd.DataFrame, cost: np.ndarray) -> list[dict[str, str]]:
     """The choice for each problem of `frame`: [{problem: problem key, kernel: instance}]."""
     chosen = choices(frame, cost)
-    return [{"problem": ConvProblem(op=data.operator, dtype=data.dtype,
-                                    **{f: int(getattr(r, f)) for f in CONV_FIELDS}).key,
-             "kernel": r.kernel} for r in chosen.itertuples(index=False)]
+    spec = operator_spec(data.operator)
+    return [{"problem": spec.problem(data.dtype, {f: r[f] for f in spec.fields}).key,
+             "kernel": r["kernel"]} for r in chosen.to_dict("records")]
 
 
 def summary(model: TrainedModel) -> str:

@@ -66,29 +66,18 @@ class Kernel(Base):
 
 
 class Problem(Base):
-    """One shape of one operator; `key` hashes every field."""
+    """One shape of one operator: its record's shape fields as JSON (the operator's package
+    says what they mean), with element type, layout, FLOPs and minimal bytes beside it;
+    `key` hashes every field."""
 
     __tablename__ = "problems"
-    __table_args__ = (Index("ix_problems_shape", "operator", "dtype", "g", "c", "k"),)
+    __table_args__ = (Index("ix_problems_operator_dtype", "operator", "dtype"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     key: Mapped[str] = mapped_column(String(64), unique=True)
     operator: Mapped[str] = mapped_column(String(32))
     dtype: Mapped[str] = mapped_column(String(8))
     layout: Mapped[str] = mapped_column(String(16))
-    n: Mapped[int] = mapped_column(Integer)
-    c: Mapped[int] = mapped_column(Integer)
-    k: Mapped[int] = mapped_column(Integer)
-    g: Mapped[int] = mapped_column(Integer)
-    h: Mapped[int] = mapped_column(Integer)
-    w: Mapped[int] = mapped_column(Integer)
-    r: Mapped[int] = mapped_column(Integer)
-    s: Mapped[int] = mapped_column(Integer)
-    stride_h: Mapped[int] = mapped_column(Integer)
-    stride_w: Mapped[int] = mapped_column(Integer)
-    pad_h: Mapped[int] = mapped_column(Integer)
-    pad_w: Mapped[int] = mapped_column(Integer)
-    dil_h: Mapped[int] = mapped_column(Integer)
-    dil_w: Mapped[int] = mapped_column(Integer)
+    shape: Mapped[dict[str, Any]] = mapped_column()
     flops: Mapped[int] = mapped_column(BigInteger)
     min_bytes: Mapped[int] = mapped_column(BigInteger)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,14 +13,12 @@ from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from farm.problems import CONV_FIELDS, ConvProblem
+from farm.problems import Problem as ProblemRecord, problem_from_store
 from farm.store.claims import ClaimQueries, JobStopped, ProblemClaim  # noqa: F401
 from farm.store.writes import MEASUREMENT_FIELDS, write_measurements
 from farm.store.models import (FAILED_STATES, JOB_STATES, MEASUREMENT_STATES,  # noqa: F401
                                SETTLED_STATES, Artifact, Environment, Job, JobProblem, Kernel, Measurement,
                                MeasurementHistory, Model, Problem, Worker, utcnow)
-
-_PROBLEM_COLUMNS = {f: f.lower() if len(f) == 1 else f for f in CONV_FIELDS}
 
 
 class NotFound(LookupError):
@@ -77,7 +76,7 @@ class TimingFilter:
     kernel: str | None = None
     status: str | None = "ok"
     job_id: int | None = None
-    shape: tuple[tuple[str, int], ...] = ()  # (field, value) pairs such as ("G", 32)
+    shape: tuple[tuple[str, Any], ...] = ()  # (field, value) pairs such as ("G", 32)
     include_replay: bool = True
     limit: int | None = None
 
@@ -90,7 +89,7 @@ class Queries(ClaimQueries):
         self.session = sessionmaker(engine, expire_on_commit=False)
 
     # Problems and jobs ---------------------------------------------------------------------
-    def _problem_ids(self, session: Session, problems: Sequence[ConvProblem]) -> list[int]:
+    def _problem_ids(self, session: Session, problems: Sequence[ProblemRecord]) -> list[int]:
         keys = [p.key for p in problems]
         found = dict(session.execute(select(Problem.key, Problem.id)
                                      .where(Problem.key.in_(set(keys)))).all())
@@ -98,16 +97,15 @@ class Queries(ClaimQueries):
             if problem.key in found:
                 continue
             row = Problem(key=problem.key, operator=problem.op, dtype=problem.dtype,
-                          layout=problem.layout, flops=problem.flops,
-                          min_bytes=problem.min_bytes,
-                          **{_PROBLEM_COLUMNS[f]: getattr(problem, f) for f in CONV_FIELDS})
+                          layout=problem.layout, shape=problem.shape(), flops=problem.flops,
+                          min_bytes=problem.min_bytes)
             session.add(row)
             session.flush()
             found[problem.key] = row.id
         return [found[k] for k in keys]
 
     def create_job(self, name: str, operator: str, dtype: str, priority: int,
-                   spec: dict[str, Any], problems: Sequence[ConvProblem]) -> int:
+                   spec: dict[str, Any], problems: Sequence[ProblemRecord]) -> int:
         """Queue a job and its problems in one transaction; returns the job id."""
         with self.session.begin() as session:
             ids = self._problem_ids(session, problems)
@@ -153,7 +151,7 @@ class Queries(ClaimQueries):
                 query = query.where(Job.status == status)
             return [self._summary(session, job) for job in session.scalars(query)]
 
-    def job_problems(self, job_id: int) -> list[ConvProblem]:
+    def job_problems(self, job_id: int) -> list[ProblemRecord]:
         with self.session() as session:
             rows = session.scalars(select(Problem).join(JobProblem)
                                    .where(JobProblem.job_id == job_id)
@@ -237,7 +235,7 @@ class Queries(ClaimQueries):
             write_measurements(session, rows)
 
     # Workers and job problems ------------------------------------------------------------
-    def job_problem_ids(self, job_id: int) -> list[tuple[int, ConvProblem]]:
+    def job_problem_ids(self, job_id: int) -> list[tuple[int, ProblemRecord]]:
         with self.session() as session:
             rows = session.scalars(select(Problem).join(JobProblem)
                                    .where(JobProblem.job_id == job_id)
@@ -287,7 +285,7 @@ class Queries(ClaimQueries):
                         Kernel.name.label("instance"), Kernel.operator, Kernel.config,
                         Kernel.source_hash, Problem.key.label("problem_key"), Problem.dtype,
                         Problem.layout,
-                        *[getattr(Problem, c).label(f) for f, c in _PROBLEM_COLUMNS.items()],
+                        Problem.shape,
                         Environment.fingerprint.label("env_fingerprint"),
                         Environment.replay_of.label("env_replay_of"))
                  .join(Kernel, Measurement.kernel_id == Kernel.id)
@@ -296,7 +294,7 @@ class Queries(ClaimQueries):
                  .where(Measurement.job_id.in_(list(job_ids))).order_by(Measurement.id))
         with self.session() as session:
             rows = session.execute(query).mappings().all()
-        return pd.DataFrame([dict(r) for r in rows])
+        return pd.DataFrame([dict(r) for r in rows])  # the shape stays one JSON object
 
     def job_results(self, job_id: int, environment_ids: Iterable[int]) -> pd.DataFrame:
         """The measurements of a job's problems in these environments (whichever job made
@@ -304,7 +302,7 @@ class Queries(ClaimQueries):
         query = (select(Measurement.status, Measurement.median_us, Measurement.tflops,
                         Measurement.message, Measurement.job_id, Kernel.family,
                         Kernel.name.label("kernel"), Problem.key.label("problem_key"),
-                        *[getattr(Problem, c).label(f) for f, c in _PROBLEM_COLUMNS.items()])
+                        Problem.shape)
                  .join(Kernel, Measurement.kernel_id == Kernel.id)
                  .join(Problem, Measurement.problem_id == Problem.id)
                  .join(JobProblem, (JobProblem.problem_id == Problem.id)
@@ -312,7 +310,7 @@ class Queries(ClaimQueries):
                  .where(Measurement.environment_id.in_(list(environment_ids)))
                  .order_by(JobProblem.position, Measurement.id))
         with self.engine.connect() as conn:
-            return pd.read_sql(query, conn)
+            return shape_frame(pd.read_sql(query, conn))
 
     def environment(self, fingerprint: str) -> dict[str, Any]:
         """An environment's fields by fingerprint (NotFound if there is none)."""
@@ -353,8 +351,8 @@ class Queries(ClaimQueries):
                         Measurement.gbps, Measurement.verify_error, Measurement.message,
                         Measurement.job_id, Measurement.created_at,
                         Kernel.family, Kernel.name.label("kernel"),
-                        Problem.operator, Problem.dtype,
-                        *[getattr(Problem, c).label(f) for f, c in _PROBLEM_COLUMNS.items()],
+                        Problem.operator, Problem.dtype, Problem.layout,
+                        Measurement.problem_id,
                         Environment.gpu_name, Environment.arch, Environment.replay_of)
                  .join(Kernel, Measurement.kernel_id == Kernel.id)
                  .join(Problem, Measurement.problem_id == Problem.id)
@@ -379,11 +377,28 @@ class Queries(ClaimQueries):
         if not where.include_replay:
             query = query.where(Environment.replay_of.is_(None))
         for field, value in where.shape:
-            query = query.where(getattr(Problem, _PROBLEM_COLUMNS[field]) == value)
+            query = query.where(shape_condition(field, value))
         if where.limit:
             query = query.limit(where.limit)
         with self.engine.connect() as conn:
-            return pd.read_sql(query, conn)
+            frame = pd.read_sql(query, conn)
+            return with_shapes(conn, frame)
+
+
+def with_shapes(conn: Any, frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (with a problem_id column) joined with one column per shape field of its
+    problems, each problem's JSON read once."""
+    ids = sorted(set(frame["problem_id"].tolist())) if len(frame) else []
+    shapes: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(ids), 10000):
+        chunk = ids[start:start + 10000]
+        shapes.update(conn.execute(select(Problem.id, Problem.shape)
+                                   .where(Problem.id.in_(chunk))).all())
+    table = pd.DataFrame.from_dict(shapes, orient="index") if shapes else pd.DataFrame()
+    if table.empty:
+        return frame
+    table = table[[c for c in table.columns if c not in frame.columns]]
+    return frame.join(table, on="problem_id")
 
 
 def _retry_race(insert: Any) -> Any:
@@ -394,9 +409,25 @@ def _retry_race(insert: Any) -> Any:
         return insert()
 
 
-def problem_record(row: Problem) -> ConvProblem:
-    return ConvProblem(op=row.operator, dtype=row.dtype, layout=row.layout,
-                       **{f: getattr(row, c) for f, c in _PROBLEM_COLUMNS.items()})
+def problem_record(row: Problem) -> ProblemRecord:
+    return problem_from_store(row.operator, row.dtype, row.layout, row.shape)
+
+
+def shape_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its `shape` column (JSON objects) spread into one column per field."""
+    if "shape" not in frame.columns:
+        return frame
+    shapes = pd.DataFrame([s if isinstance(s, dict) else json.loads(s) for s in frame["shape"]],
+                          index=frame.index)
+    shapes = shapes[[c for c in shapes.columns if c not in frame.columns]]
+    return pd.concat([frame.drop(columns="shape"), shapes], axis=1)
+
+
+def shape_condition(field: str, value: Any) -> Any:
+    """SQL: the problem's shape field `field` equals `value` (a number or a name)."""
+    element = Problem.shape[field]
+    return (element.as_integer() == value if isinstance(value, int)
+            else element.as_string() == str(value))
 
 
 # Selection models: the model registry (farm/select) -----------------------------------------

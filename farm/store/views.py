@@ -12,15 +12,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import Engine, case, func, or_, select
 
-from farm.problems import CONV_FIELDS
 from farm.store.models import (FAILED_STATES, Artifact, Environment, Job, JobProblem, Kernel,
                                Measurement, Model, Problem, Worker)
+from farm.store.queries import shape_condition, shape_frame, with_shapes
 from farm.store.scope import VENDOR, ScopeTimings
 
-SHAPE_COLUMNS = {f: f.lower() if len(f) == 1 else f for f in CONV_FIELDS}
-_SHAPE = [getattr(Problem, c).label(f) for f, c in SHAPE_COLUMNS.items()]
 M = Measurement
 
 
@@ -67,7 +65,7 @@ class TimingSelection:
     gpu_names: tuple[str, ...] = ()
     families: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
-    shape: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (field, allowed values)
+    shape: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # (field, allowed values)
     status: str | None = "ok"  # one status, "failed" (any of FAILED_STATES), or None (any)
     include_replay: bool = True
 
@@ -154,11 +152,11 @@ class Views:
                        distinct(Kernel.family))
 
     def problems(self, operator: str | None = None) -> pd.DataFrame:
-        query = select(Problem.id, Problem.key, Problem.operator, Problem.dtype, *_SHAPE,
-                       Problem.flops, Problem.min_bytes)
+        query = select(Problem.id, Problem.key, Problem.operator, Problem.dtype, Problem.layout,
+                       Problem.shape, Problem.flops, Problem.min_bytes)
         if operator:
             query = query.where(Problem.operator == operator)
-        return self._frame(query.order_by(Problem.id))
+        return shape_frame(self._frame(query.order_by(Problem.id)))
 
     def kernels(self, operator: str | None = None) -> pd.DataFrame:
         query = select(Kernel.id, Kernel.key, Kernel.name, Kernel.family, Kernel.operator)
@@ -176,10 +174,10 @@ class Views:
                                  "kernel_id": "int64", "median_us": "float64"})
         kernels = self._frame(select(Kernel.id, Kernel.name, Kernel.key, Kernel.family)
                               .where(Kernel.operator == operator))
-        problems = self._frame(select(Problem.id.label("problem_id"),
-                                      Problem.key.label("problem_key"), *_SHAPE, Problem.flops,
-                                      Problem.min_bytes)
-                               .where(Problem.operator == operator, Problem.dtype == dtype))
+        problems = shape_frame(self._frame(
+            select(Problem.id.label("problem_id"), Problem.key.label("problem_key"),
+                   Problem.layout, Problem.shape, Problem.flops, Problem.min_bytes)
+            .where(Problem.operator == operator, Problem.dtype == dtype)))
         environments = self._frame(select(Environment.id.label("environment_id"),
                                           Environment.gpu_name, Environment.replay_of)
                                    .where(Environment.arch == arch))
@@ -206,7 +204,8 @@ class Views:
         """At most `limit` timings matching `where`, newest pairs last."""
         query = (select(M.id, M.status, M.median_us, M.min_us, M.p90_us, M.spread, M.samples,
                         M.tflops, M.gbps, M.message, M.job_id, M.created_at, Kernel.family,
-                        Kernel.name.label("kernel"), Problem.operator, Problem.dtype, *_SHAPE,
+                        Kernel.name.label("kernel"), Problem.operator, Problem.dtype,
+                        Problem.layout, M.problem_id,
                         Problem.flops, Problem.min_bytes, Problem.key.label("problem_key"),
                         Environment.gpu_name, Environment.arch, Environment.replay_of)
                  .join(Kernel, M.kernel_id == Kernel.id)
@@ -220,13 +219,16 @@ class Views:
                                 else M.status == where.status)
         for column, values in ((Environment.arch, where.archs),
                                (Environment.gpu_name, where.gpu_names),
-                               (Kernel.family, where.families), (Kernel.name, where.kernels),
-                               *((getattr(Problem, SHAPE_COLUMNS[f]), v) for f, v in where.shape)):
+                               (Kernel.family, where.families), (Kernel.name, where.kernels)):
             if values:
                 query = query.where(column.in_(list(values)))
+        for field, values in where.shape:
+            if values:
+                query = query.where(or_(*(shape_condition(field, v) for v in values)))
         if not where.include_replay:
             query = query.where(Environment.replay_of.is_(None))
-        return self._frame(query.order_by(M.id).limit(limit))
+        with self.engine.connect() as conn:
+            return with_shapes(conn, pd.read_sql(query.order_by(M.id).limit(limit), conn))
 
 
 def _ok():

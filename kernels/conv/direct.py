@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from farm.problems import DTYPE_BYTES, ConvProblem
+from farm.problems import DTYPE_BYTES
+from kernels.conv.problem import ConvProblem
 from kernels.conv.operator import OPERATORS, conv_params
 from kernels.family import Instance, KernelFamily, Launch
 from kernels.registry import register

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from farm.problems import CONV_OPERATORS, ConvProblem
+from kernels.conv.problem import CONV_OPERATORS, ConvProblem
 from kernels.conv.operator import conv_params
 from kernels.family import Instance, KernelFamily, Launch, grid_stride_blocks
 from kernels.registry import register

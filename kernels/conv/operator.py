@@ -1,14 +1,46 @@
-"""The three grouped-convolution directions as operators: tensors, reference and parameters."""
+"""The three grouped-convolution directions as operators: their shape record, tensors,
+reference, the shapes a sweep generates, the selection features and the vendor call."""
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-from farm.problems import CONV_OPERATORS, ConvProblem
+from kernels.conv.problem import CONV_FIELDS, CONV_OPERATORS, ConvProblem
+from kernels.conv.synthetic import synthetic_shapes
 from kernels.family import Launch, grid_stride_blocks
-from kernels.operator import OperatorSpec, Tensor
+from kernels.operator import OperatorSpec, Tensor, VendorCall
+from kernels.registry import register_operator
 
 REFERENCE_BLOCK = 256
+NETWORKS_DIR = Path(__file__).resolve().parents[2] / "jobs" / "networks"
+GENERATE_ORDER = ("N", "C", "K", "G", "H", "W", "R", "S", "stride_h", "stride_w",
+                  "dil_h", "dil_w", "pad_h", "pad_w")
+_GEMM = {"conv2d_fwd": ("N*P*Q", "Kg", "Cg*R*S"),
+         "conv2d_bwd_data": ("N*H*W", "Cg", "Kg*R*S"),
+         "conv2d_bwd_weight": ("Kg", "Cg*R*S", "N*P*Q")}
+INTERACTIONS = (
+    ("tiles_m", "cdiv(gemm_m, tile_m)"), ("fill_m", "(gemm_m - (tiles_m - 1) * tile_m) / tile_m"),
+    ("tiles_n", "cdiv(gemm_n, tile_n)"), ("fill_n", "(gemm_n - (tiles_n - 1) * tile_n) / tile_n"),
+    ("tiles_k", "cdiv(gemm_k, tile_k)"), ("fill_k", "(gemm_k - (tiles_k - 1) * tile_k) / tile_k"),
+    ("tiles_q", "cdiv(Q, tile_w)"), ("fill_q", "(Q - (tiles_q - 1) * tile_w) / tile_w"),
+    ("blocks", "tiles_m * tiles_n * G * split"),
+    ("k_steps", "tiles_k / split"),
+    ("waves", "blocks / (sm_count * occupancy)"),
+    ("last_wave", "waves - cdiv(waves, 1) + 1"),
+    ("sm_share", "vmin(blocks / sm_count, 1)"),
+    ("tile_waste", "tiles_m * tile_m * tiles_n * tile_n / (gemm_m * gemm_n)"),
+    ("per_thread_outputs", "tile_m * tile_n / threads"),
+    ("filter_gap", "vmax(filter - R, R - filter) + vmax(filter - S, S - filter)"),
+    ("padded_flops", "2 * G * tiles_m * tile_m * tiles_n * tile_n * tiles_k * tile_k"),
+    ("operand_bytes", "elem_bytes * G * (gemm_m * gemm_k * tiles_n + gemm_n * gemm_k * tiles_m)"),
+    ("wave_fill", "waves / cdiv(waves, 1)"),
+    ("tile_bound_us", "vmax(padded_flops / (peak_tflops * 1e6 * wave_fill * sm_share), "
+                      "operand_bytes / (bandwidth_gbps * 1e3))"),
+    ("tile_bound_ratio", "tile_bound_us / roofline_us"),
+)
 
 
 class ConvParams(ctypes.Structure):
@@ -24,13 +56,31 @@ def conv_params(p: ConvProblem) -> ConvParams:
                       p.pad_h, p.pad_w, p.dil_h, p.dil_w, p.c_per_group, p.k_per_group)
 
 
+def shape_expressions(operator: str) -> tuple[tuple[str, str], ...]:
+    m, n, k = _GEMM[operator]
+    return (("P", "fdiv(H + 2 * pad_h - dil_h * (R - 1) - 1, stride_h) + 1"),
+            ("Q", "fdiv(W + 2 * pad_w - dil_w * (S - 1) - 1, stride_w) + 1"),
+            ("Cg", "C / G"), ("Kg", "K / G"),
+            ("gemm_m", m), ("gemm_n", n), ("gemm_k", k),
+            ("flops", "2 * N * P * Q * K * Cg * R * S"),
+            ("bytes", "elem_bytes * (N * H * W * C + K * Cg * R * S + N * P * Q * K)"),
+            ("intensity", "flops / bytes"),
+            ("l2_fit", "bytes / l2_bytes"),
+            ("roofline_us", "vmax(flops / (peak_tflops * 1e6), bytes / (bandwidth_gbps * 1e3))"))
+
+
 class ConvOperator(OperatorSpec):
+    problem_type = ConvProblem
     reference_source = "conv/naive.cu"
+    networks_dir = NETWORKS_DIR
+    generate_order = GENERATE_ORDER
+    interactions = INTERACTIONS
 
     def __init__(self, name: str) -> None:
         if name not in CONV_OPERATORS:
             raise ValueError(f"not a convolution operator: {name}")
         self.name = name
+        self.shape_formulas = shape_expressions(name)
 
     def tensors(self, p: ConvProblem) -> list[Tensor]:
         sizes = p.tensor_elements()
@@ -52,5 +102,41 @@ class ConvOperator(OperatorSpec):
         return [Launch(entry=self.name, grid=(blocks, 1, 1), block=(REFERENCE_BLOCK, 1, 1),
                        args=(*names, conv_params(p)))]
 
+    def generate_value(self, name: str, word: str, partial: Mapping[str, Any]) -> Any:
+        """`same` padding: pad_h/pad_w that keep the output size at stride 1."""
+        if word != "same" or name not in ("pad_h", "pad_w"):
+            return None
+        r, d = (partial["R"], partial["dil_h"]) if name == "pad_h" else (
+            partial["S"], partial["dil_w"])
+        return d * (r - 1) // 2
 
-OPERATORS = {name: ConvOperator(name) for name in CONV_OPERATORS}
+    def synthetic_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
+        return synthetic_shapes(count, seed)
+
+    def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:
+        from kernels.conv.igemm import shared_bytes
+
+        nan, cfg = float("nan"), config
+        threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_m" in cfg
+                          else nan)
+        out = {"threads": threads, "tile_m": cfg.get("block_m", nan),
+               "tile_n": cfg.get("block_n", nan), "tile_k": cfg.get("block_k", nan),
+               "tile_w": cfg.get("tile_w", nan), "split": cfg.get("split_k", 1),
+               "vec": cfg.get("vec", nan), "filter": cfg.get("fr", nan)}
+        if {"stages", "block_m", "block_n"} <= set(cfg):
+            out["static_shared_bytes"] = shared_bytes(dict(cfg))  # the pipeline's tiles
+        return out
+
+    def synthetic_us(self, problem: ConvProblem, instance: Any) -> float:
+        from kernels.conv.cost_model import synthetic_us
+
+        return synthetic_us(problem, instance)
+
+    def vendor_call(self, problem: ConvProblem, tensors: Mapping[str, Any]) -> VendorCall:
+        from kernels.conv.vendor import conv_call
+
+        return conv_call(self.name, problem, tensors)
+
+
+OPERATORS = {name: register_operator(ConvOperator(name)) for name in CONV_OPERATORS}
+__all__ = ["CONV_FIELDS", "ConvOperator", "ConvParams", "OPERATORS", "conv_params"]

@@ -1,5 +1,7 @@
-"""Group-normalization backward (the groupnorm_bwd operator to be): the NumPy reference
-(reference.py), the GPU reference (reference.cu), the gn_onepass and gn_twopass families
-(onepass.cu, twopass.cu) and their configs, applicability and geometry (plan.py). Nothing here
-registers with kernels.registry yet. `python -m kernels.groupnorm.gpu_check` checks it all on a
-GPU."""
+"""Group-normalization backward, the groupnorm_bwd operator: the shape record (problem.py), the
+operator (operator.py), the gn_onepass and gn_twopass families (families.py over plan.py's
+config spaces, applicability rules and launch geometry; sources onepass.cu and twopass.cu),
+the GPU reference (reference.cu) and the NumPy one (reference.py).
+`python -m kernels.groupnorm.gpu_check` checks every instance against NumPy on a GPU."""
+
+from kernels.groupnorm import families, operator  # noqa: F401 - they register

@@ -23,9 +23,9 @@ Errors: relative L2 = ||out - ref|| / ||ref|| and relative max = max|out - ref| 
 within plan.tolerance(dtype, L): 4 x (output rounding + 2^-24 sqrt(L)), L the reduction length
 (dx: C/G*H*W; dgamma, dbeta: N*H*W). The GPU reference (fp32 outputs) is held to the fp32
 tolerance. For dx the scale is max(||dx||, ||dy * gamma * rstd||) (likewise for the max):
-for a group of one element dx is exactly 0 (an exact cancellation of its terms), and for tiny
-groups nearly so, where no fp32 kernel can match relative digits of the difference. Likewise
-dgamma for groups of one element (x == mean: exactly 0), against the scale of its terms.
+for tiny groups dx is a small part of its terms (for groups of one or two elements, which the
+shape record refuses, it is exactly 0 or eps's residue), where no fp32 kernel can match
+relative digits of the difference.
 
 Each shape runs in its own process (--in-process turns that off): an illegal address or a
 hang (--timeout seconds per shape) is recorded as a CRASH of the instance that was running, and
@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels.groupnorm import plan
-from kernels.groupnorm.plan import GnProblem
+from kernels.groupnorm.problem import GroupNormProblem
 from kernels.groupnorm.reference import groupnorm_bwd, groupnorm_fwd_stats
 from kernels.source import load_source
 
@@ -64,7 +64,7 @@ SHAPES = [
     (2, 64, 7, 7, 64, "G=C (C/G=1)"),
     (3, 96, 7, 7, 32, "C/G=3: no vec>1 along C in onepass"),
     (1, 40, 1, 1, 8, "1x1, N=1, C/G=5"),
-    (4, 32, 1, 1, 32, "1x1 and C/G=1: one element per group (dx = 0)"),
+    (4, 96, 1, 1, 32, "1x1 and C/G=3: the smallest groups (the record refuses 1 and 2)"),
     (2, 128, 65, 65, 32, "65x65 (odd H*W), C/G=4"),
     (1, 36, 65, 65, 6, "N=1, C=36 not a multiple of 8, C/G=6"),
     (1, 32, 512, 512, 8, "512x512, N=1"),
@@ -76,7 +76,7 @@ SHAPES = [
     (5, 24, 14, 14, 24, "depthwise-like, odd N"),
     (2, 8, 2, 2, 4, "H*W=4"),
     (33, 64, 3, 3, 16, "N=33: sample loop of the dgamma/dbeta reduction"),
-    (1, 4096, 1, 1, 4096, "C=G=4096 at 1x1"),
+    (1, 4096, 1, 3, 4096, "C=G=4096 at 1x3"),
 ]
 BIG = 512 * 512
 DTYPES = ("bf16", "fp16", "fp32")
@@ -209,29 +209,21 @@ def compare(got, want, scale, dtype, length) -> dict:
     return out
 
 
-def scales(want: dict, x, dy, gamma, mean, rstd, p: GnProblem) -> dict:
+def scales(want: dict, x, dy, gamma, mean, rstd, p: GroupNormProblem) -> dict:
     """What each output's errors are relative to: its own L2 norm and max magnitude, except
-    where its value is a cancellation of larger terms. dx: max with dy * gamma * rstd (dx is
-    exactly 0 for a group of one element, nearly so for tiny groups). dgamma, for groups of one
-    element only (where it is exactly 0): sum_n (|ds| + |mean * db|) * rstd."""
+    where its value is a cancellation of larger terms. dx: max with dy * gamma * rstd (for
+    tiny groups dx is a small part of its terms)."""
     N, G, Cg, HW = p.N, p.G, p.Cg, p.HW
     if p.layout == "nhwc":
         dyg = dy.reshape(N, HW, G, Cg).transpose(0, 2, 3, 1)
-        xg = x.reshape(N, HW, G, Cg).transpose(0, 2, 3, 1)
     else:
-        dyg, xg = dy.reshape(N, G, Cg, HW), x.reshape(N, G, Cg, HW)
+        dyg = dy.reshape(N, G, Cg, HW)
     r = rstd.reshape(N, G).astype(np.float64)
-    m = mean.reshape(N, G).astype(np.float64)
     term = np.abs(dyg * gamma.reshape(1, G, Cg, 1) * r[:, :, None, None])
     out = {k: (float(np.linalg.norm(v)), float(np.abs(v).max(initial=0.0)))
            for k, v in want.items()}
     out["dx"] = (max(out["dx"][0], float(np.linalg.norm(term))),
                  max(out["dx"][1], float(term.max(initial=0.0))))
-    if Cg * HW == 1:
-        ds, db = (dyg * xg).sum(axis=3), dyg.sum(axis=3)
-        t = ((np.abs(ds) + np.abs(m[:, :, None] * db)) * r[:, :, None]).sum(axis=0).reshape(-1)
-        out["dgamma"] = (max(out["dgamma"][0], float(np.linalg.norm(t))),
-                         max(out["dgamma"][1], float(t.max(initial=0.0))))
     return out
 
 
@@ -257,7 +249,7 @@ def run_shape(spec: dict) -> None:
     N, C, H, W, G = spec["shape"]
     layout = spec["layout"]
     for dtype in spec["dtypes"]:
-        p = GnProblem(N, C, H, W, G, layout, dtype)
+        p = GroupNormProblem("groupnorm_bwd", N, C, H, W, G, layout, dtype)
         rng = np.random.default_rng(spec["seed"])
         shape = (N, H, W, C) if layout == "nhwc" else (N, C, H, W)
         x_s = to_storage(rng.uniform(-1, 1, shape) + 0.5, dtype)
@@ -592,7 +584,7 @@ def bench(args, target: str) -> None:
     try:
         for (N, C, H, W, G) in BENCH_SHAPES:
             for layout in args.layout:
-                p = GnProblem(N, C, H, W, G, layout, "bf16")
+                p = GroupNormProblem("groupnorm_bwd", N, C, H, W, G, layout, "bf16")
                 nbytes = p.elements * 2
                 ptr = {k: device.alloc(nbytes) for k in ("x", "dy", "dx")}
                 for k in ("gamma", "dgamma", "dbeta"):
@@ -601,7 +593,8 @@ def bench(args, target: str) -> None:
                     ptr[k] = device.alloc(N * G * 4)
                 rng = np.random.default_rng(0)
                 for k in ("x", "dy"):
-                    device.copy_to_device(ptr[k], to_storage(rng.uniform(-1, 1, p.elements), "bf16"))
+                    device.copy_to_device(ptr[k],
+                                          to_storage(rng.uniform(-1, 1, p.elements), "bf16"))
                 device.copy_to_device(ptr["gamma"], to_storage(np.ones(C), "bf16"))
                 device.copy_to_device(ptr["mean"], np.zeros(N * G, np.float32))
                 device.copy_to_device(ptr["rstd"], np.ones(N * G, np.float32))

@@ -1,6 +1,7 @@
 """Group-normalization backward: the config spaces, applicability rules, workspace sizes and
 launch geometry of the gn_onepass and gn_twopass families and of the GPU reference, as plain
-functions (no registry: the operator interface is being reworked; a descriptor wraps these).
+functions over the shape record (kernels/groupnorm/problem.py); the families' descriptors
+(families.py) and the operator (operator.py) wrap them.
 
 Tensors by name (what Launch.args refer to): inputs x, dy (N x C x HW in the problem's layout,
 element type), gamma (C, element type), mean, rstd (N * G, fp32); outputs dx (like x), dgamma,
@@ -12,11 +13,11 @@ other scalars are int32.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 from typing import Any
 
 from farm.problems import DTYPE_BYTES
 from kernels.family import DTYPE_CODES, Launch
+from kernels.groupnorm.problem import MAX_HW, GroupNormProblem
 from kernels.operator import OUTPUT_EPS, tolerance_for  # noqa: F401 - OUTPUT_EPS re-exported
 
 FAMILIES = ("gn_onepass", "gn_twopass")
@@ -26,52 +27,14 @@ LAYOUTS = {"nhwc": 0, "nchw": 1}
 
 THREADS = (128, 256, 512)
 SPLITS_HW = (1, 4, 16, 64)
-MAX_HW = 512 * 512
 MAX_GRID_YZ = 65535
+MAX_GRID_X = 2**31 - 1
 DX_GRID_CAP = 65535           # gn_twopass_dx: blocks per sample at most (grid-stride loop)
 REFERENCE_SMALL_BLOCK = 64    # reference stats / dparams: one thread per (n, g) / channel
 REFERENCE_BLOCK = 256         # reference dx: one thread per element
 REFERENCE_DX_BLOCKS = 132 * 16
-
-
-@dataclass(frozen=True)
-class GnProblem:
-    """One group-normalization backward shape: x and dy are N x C x H x W in `layout`."""
-
-    N: int
-    C: int
-    H: int
-    W: int
-    G: int
-    layout: str = "nhwc"
-    dtype: str = "bf16"
-
-    def __post_init__(self):
-        for name in ("N", "C", "H", "W", "G"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.C % self.G:
-            raise ValueError(f"C={self.C} is not a multiple of G={self.G}")
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {sorted(LAYOUTS)}, got {self.layout!r}")
-        if self.dtype not in DTYPE_CODES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPE_CODES)}, got {self.dtype!r}")
-
-    @property
-    def HW(self) -> int:
-        return self.H * self.W
-
-    @property
-    def Cg(self) -> int:
-        return self.C // self.G
-
-    @property
-    def elements(self) -> int:
-        return self.N * self.C * self.HW
-
-    def label(self) -> str:
-        return (f"N{self.N} C{self.C} {self.H}x{self.W} G{self.G} {self.layout} {self.dtype}")
+REFERENCE_STATS_BLOCK = 256   # forward statistics: one block per (n, g)
+EPS = 1e-5                    # the forward's epsilon (PyTorch's GroupNorm default)
 
 
 class GnParams(ctypes.Structure):
@@ -81,7 +44,7 @@ class GnParams(ctypes.Structure):
                 ("N", "C", "H", "W", "G", "Cg", "HW", "layout")]
 
 
-def gn_params(p: GnProblem) -> GnParams:
+def gn_params(p: GroupNormProblem) -> GnParams:
     return GnParams(p.N, p.C, p.H, p.W, p.G, p.Cg, p.HW, LAYOUTS[p.layout])
 
 
@@ -131,7 +94,7 @@ def defines(family: str, dtype: str, cfg: dict[str, Any]) -> dict[str, int]:
 
 
 def reference_defines(dtype: str) -> dict[str, int]:
-    return {"FARM_DTYPE": DTYPE_CODES[dtype]}
+    return {"FARM_DTYPE": DTYPE_CODES[dtype], "FARM_REFERENCE": 1}
 
 
 def instance_name(family: str, dtype: str, cfg: dict[str, Any]) -> str:
@@ -141,12 +104,13 @@ def instance_name(family: str, dtype: str, cfg: dict[str, Any]) -> str:
 
 
 # Applicability ----------------------------------------------------------------------------------
-def _split_units(cfg: dict[str, Any], p: GnProblem) -> int:
+def _split_units(cfg: dict[str, Any], p: GroupNormProblem) -> int:
     """What gn_twopass splits into chunks: HW rows (NHWC) or HW / vec vectors (NCHW)."""
     return p.HW if cfg["layout"] == 0 else p.HW // cfg["vec"]
 
 
-def applicable(family: str, cfg: dict[str, Any], p: GnProblem, dtype: str | None = None) -> str | None:
+def applicable(family: str, cfg: dict[str, Any], p: GroupNormProblem,
+               dtype: str | None = None) -> str | None:
     """Why the instance cannot serve `p`, or None. `dtype`: the instance's element type (when
     given, it must be the problem's)."""
     if dtype is not None and dtype != p.dtype:
@@ -185,7 +149,7 @@ def applicable(family: str, cfg: dict[str, Any], p: GnProblem, dtype: str | None
 
 
 # Workspace and launches ------------------------------------------------------------------------
-def workspace_bytes(family: str, cfg: dict[str, Any], p: GnProblem) -> int:
+def workspace_bytes(family: str, cfg: dict[str, Any], p: GroupNormProblem) -> int:
     """fp32 scratch: gn_onepass [ds][db] N x C each; gn_twopass [ds][db] split_hw x N x C each,
     then [a][b][k] N x C each. Never needs zeroing: the kernels write every entry they read."""
     plane = p.N * p.C * 4
@@ -194,7 +158,7 @@ def workspace_bytes(family: str, cfg: dict[str, Any], p: GnProblem) -> int:
     return (2 * cfg["split_hw"] + 3) * plane
 
 
-def twopass_partial_geometry(cfg: dict[str, Any], p: GnProblem) -> tuple[int, int]:
+def twopass_partial_geometry(cfg: dict[str, Any], p: GroupNormProblem) -> tuple[int, int]:
     """gn_twopass_partial: (grid.x, lanes). NHWC: the C / vec vectors of a row are cut into
     ceil(C / vec / 32) tiles of equal width (lanes <= 32 threads along C; THREADS / lanes rows
     at a time). NCHW: `lanes` threads per channel, the largest power of two <= the chunk length
@@ -209,7 +173,7 @@ def twopass_partial_geometry(cfg: dict[str, Any], p: GnProblem) -> tuple[int, in
     return _cdiv(p.C, threads // lanes), lanes
 
 
-def launches(family: str, cfg: dict[str, Any], p: GnProblem) -> list[Launch]:
+def launches(family: str, cfg: dict[str, Any], p: GroupNormProblem) -> list[Launch]:
     """The launches computing dx, dgamma and dbeta, in order (one timed unit)."""
     params, t = gn_params(p), cfg["threads"]
     block = (t, 1, 1)
@@ -234,12 +198,12 @@ def launches(family: str, cfg: dict[str, Any], p: GnProblem) -> list[Launch]:
     ]
 
 
-def reference_workspace_bytes(p: GnProblem) -> int:
+def reference_workspace_bytes(p: GroupNormProblem) -> int:
     """The reference's scratch: {c1, c2} per (n, g), fp32."""
     return 2 * p.N * p.G * 4
 
 
-def reference_launches(p: GnProblem) -> list[Launch]:
+def reference_launches(p: GroupNormProblem) -> list[Launch]:
     """The GPU reference (reference.cu, compiled with reference_defines): fp32 dx, dgamma,
     dbeta. Every entry is a grid-stride loop, so these grids are a choice, not a requirement."""
     params = gn_params(p)
@@ -256,8 +220,16 @@ def reference_launches(p: GnProblem) -> list[Launch]:
     ]
 
 
+def stats_launches(p: GroupNormProblem) -> list[Launch]:
+    """The forward's statistics from x (reference.cu, groupnorm_fwd_stats): mean and rstd =
+    1 / sqrt(biased variance + EPS) per (n, g), in fp32, so the backward's inputs are those of
+    a real forward pass. A grid-stride loop over the groups, one block each."""
+    return [Launch("groupnorm_fwd_stats", (min(p.N * p.G, MAX_GRID_X), 1, 1),
+                   (REFERENCE_STATS_BLOCK, 1, 1), ("x", "mean", "rstd", gn_params(p), EPS))]
+
+
 # Verification -----------------------------------------------------------------------------------
-def reduction_lengths(p: GnProblem) -> dict[str, int]:
+def reduction_lengths(p: GroupNormProblem) -> dict[str, int]:
     """How many products feed one element of each output: dx through c1, c2 (a group's M
     elements), dgamma and dbeta (N * HW)."""
     return {"dx": p.Cg * p.HW, "dgamma": p.N * p.HW, "dbeta": p.N * p.HW}
@@ -269,6 +241,7 @@ def tolerance(dtype: str, length: int) -> tuple[float, float]:
     return limit.rel_l2, limit.rel_max
 
 
-__all__ = ["FAMILIES", "GnParams", "GnProblem", "applicable", "configs", "defines",
+__all__ = ["FAMILIES", "GnParams", "GroupNormProblem", "applicable", "configs", "defines",
            "gn_params", "instance_name", "launches", "reduction_lengths", "reference_defines",
-           "reference_launches", "reference_workspace_bytes", "tolerance", "workspace_bytes"]
+           "reference_launches", "reference_workspace_bytes", "stats_launches", "tolerance",
+           "workspace_bytes"]

@@ -6,6 +6,8 @@
 //   groupnorm_bwd_ref_dparams  one thread per channel: dgamma, dbeta (fp32); independent of
 //                              the other two
 // Every entry is a grid-stride loop: any grid is right; see plan.reference_launches.
+// groupnorm_fwd_stats makes the backward's inputs consistent (plan.stats_launches): the
+// forward's mean and rstd of x, one block per (n, g), launched once x is filled.
 #include "gn_common.cuh"
 
 // Any block size up to REF_BLOCK threads (plan.reference_launches uses 64 for the per-group and
@@ -88,5 +90,53 @@ groupnorm_bwd_ref_dparams(const elem_t* __restrict__ x, const elem_t* __restrict
     }
     dgamma[c] = (float)dg;
     dbeta[c] = (float)db;
+  }
+}
+
+// The sum over a block of REF_BLOCK threads (blockDim.x == REF_BLOCK), in every thread.
+__device__ double ref_block_sum(double v, double* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = REF_BLOCK / 2; half > 0; half /= 2) {
+    if ((int)threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  const double total = shared[0];
+  __syncthreads();  // shared is reused by the next call
+  return total;
+}
+
+// mean[n*G+g] = the group's mean of x, rstd[n*G+g] = 1 / sqrt(biased variance + eps), both
+// summed in fp64 (two passes: the mean, then the squared deviations from it), stored as fp32.
+// Launch with REF_BLOCK threads per block; any number of blocks (a grid-stride loop over the
+// N * G groups).
+extern "C" __global__ void __launch_bounds__(REF_BLOCK)
+groupnorm_fwd_stats(const elem_t* __restrict__ x, float* __restrict__ mean,
+                    float* __restrict__ rstd, GnParams p, float eps) {
+  __shared__ double shared[REF_BLOCK];
+  const long count = (long)p.Cg * p.HW;
+  for (long i = blockIdx.x; i < (long)p.N * p.G; i += gridDim.x) {
+    const int n = (int)(i / p.G), g = (int)(i % p.G);
+    // Element j of the group: NHWC walks the group's Cg channels of each row, NCHW its Cg
+    // contiguous planes.
+    double sum = 0.0;
+    for (long j = threadIdx.x; j < count; j += REF_BLOCK) {
+      const int c = g * p.Cg + (int)(p.layout == 0 ? j % p.Cg : j / p.HW);
+      const int hw = (int)(p.layout == 0 ? j / p.Cg : j % p.HW);
+      sum += (double)to_float(x[ref_index(p, n, c, hw)]);
+    }
+    const double m = ref_block_sum(sum, shared) / (double)count;
+    double squares = 0.0;
+    for (long j = threadIdx.x; j < count; j += REF_BLOCK) {
+      const int c = g * p.Cg + (int)(p.layout == 0 ? j % p.Cg : j / p.HW);
+      const int hw = (int)(p.layout == 0 ? j / p.Cg : j % p.HW);
+      const double d = (double)to_float(x[ref_index(p, n, c, hw)]) - m;
+      squares += d * d;
+    }
+    const double var = ref_block_sum(squares, shared) / (double)count;
+    if (threadIdx.x == 0) {
+      mean[i] = (float)m;
+      rstd[i] = (float)(1.0 / sqrt(var + (double)eps));
+    }
   }
 }

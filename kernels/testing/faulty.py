@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from farm.problems import ConvProblem
+from kernels.conv.problem import ConvProblem
 from kernels.conv.operator import conv_params
 from kernels.family import Instance, KernelFamily, Launch, grid_stride_blocks
 from kernels.registry import register

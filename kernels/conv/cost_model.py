@@ -1,0 +1,55 @@
+"""A toy cost model of the convolution families, for SYNTHETIC measurements only
+(farm/select/synthetic.py): implicit GEMM wins on large dense shapes and pays for tile padding,
+wave quantisation and narrow loads; the direct convolution is memory-bound and wins on
+depthwise and narrow groups; the naive kernel is slow. Never a measurement."""
+
+from __future__ import annotations
+
+import math
+
+from kernels.conv.problem import ConvProblem
+from kernels.family import Instance
+
+PEAK, BANDWIDTH, SMS = 989e12, 3350e9, 132
+_VEC = {8: 1.0, 4: 0.72, 2: 0.48, 1: 0.3}
+
+
+def _igemm_us(p: ConvProblem, c: dict) -> float:
+    m, n, k = p.gemm
+    bm, bn, bk = c["block_m"], c["block_n"], c["block_k"]
+    tm, tn, tk = -(-m // bm), -(-n // bn), -(-k // bk)
+    split = min(c.get("split_k", 1), tk)
+    smem = c["stages"] * (bm + bn) * bk * 2
+    occ = max(1, min(3, 228 * 1024 // smem, 2048 // (32 * c["warps_m"] * c["warps_n"])))
+    blocks = tm * tn * p.G * split
+    waves = blocks / (SMS * occ)
+    rate = (0.82 * min(1.0, bm * bn / 16384) ** 0.3 * (1 - 0.06 * (4 - c["stages"]))
+            * _VEC[c["vec"]] * (0.97 if bk == 64 else 1.0))
+    useful = (m * n * k) / (tm * bm * tn * bn * tk * bk)
+    compute = p.flops / (PEAK * rate * useful * min(1.0, waves / math.ceil(waves)))
+    reads = 2 * p.G * (m * k * tn + n * k * tm) + p.min_bytes
+    memory = reads / (BANDWIDTH * 0.8 * min(1.0, blocks / SMS))
+    reduce = (8 * split * p.tensor_elements()["weight"] / BANDWIDTH) if split > 1 else 0.0
+    return (max(compute, memory) + reduce) * 1e6 + 4.0 + (3.0 if split > 1 else 0.0)
+
+
+def _direct_us(p: ConvProblem, c: dict) -> float:
+    fit = 1.0 if c["fr"] == p.R == p.S else 0.7
+    tile = 1.0 if p.Q % c["tile_w"] == 0 else 0.88
+    rate = 0.75 * _VEC[c["vec"]] * fit * tile * (1.08 if c.get("smem") else 1.0)
+    rate *= 1.0 - 0.05 * abs(c["occ"] - 2) - (0.1 if c.get("rb") == 0 else 0.0)
+    memory = p.min_bytes * (1.0 + 0.2 * (p.R * p.S > 9)) / (BANDWIDTH * rate)
+    compute = p.flops / (60e12 * 0.6 * (c["kpt"] / 8 + 0.5))
+    return max(memory, compute) * 1e6 + 3.0 + (3.0 if p.op == "conv2d_bwd_weight" else 0.0)
+
+
+def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
+    """The toy cost model's latency, before noise."""
+    c = instance.settings
+    if instance.family == "conv_igemm":
+        base = _igemm_us(problem, c)
+    elif instance.family == "conv_direct":
+        base = _direct_us(problem, c)
+    else:
+        base = problem.flops / 1.5e12 * 1e6 + problem.min_bytes / 900e9 * 1e6 + 4.0
+    return base
