@@ -23,7 +23,7 @@ import numpy as np
 from bench.common import write_result
 from farm.gpu.base import KernelArgs
 from farm.measure import ELEMENT_BYTES, ProblemBench, event_pairs, measure, wait
-from farm.problems import ConvProblem
+from kernels.conv.problem import ConvProblem
 from farm.timing import TimingPolicy
 from farm.worker import GpuWorker
 from kernels import get_family

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import write_result
-from farm.problems import CONV_FIELDS, ConvProblem
+from farm.problems import Problem
 from farm.select.catalogue import compile_cache_resources, no_resources
 from farm.select.cdriver import run_driver
 from farm.select.cexport import symbol_prefix
@@ -48,7 +48,7 @@ from farm.select.export import C_FILE, bundle_files, c_files
 from farm.select.selector import Selector
 from farm.select.train import TrainConfig, train
 from farm.store import open_store
-from farm.synthetic import synthetic_shapes
+from kernels.registry import operator_spec
 
 
 def cap_rows(data: Dataset, rows: int, seed: int = 0) -> Dataset:
@@ -77,12 +77,13 @@ def latency(fn, items, repeats: int = 3) -> dict:
             "p99_us": float(np.percentile(times, 99) * 1e6), "calls": len(times)}
 
 
-def query_shapes(data: Dataset, count: int) -> list[ConvProblem]:
-    held = data.part("holdout")[list(CONV_FIELDS)].drop_duplicates().to_dict("records")
-    shapes = held + synthetic_shapes(count, seed=11)
+def query_shapes(data: Dataset, count: int) -> list[Problem]:
+    spec = operator_spec(data.operator)
+    held = data.part("holdout")[list(spec.fields)].drop_duplicates().to_dict("records")
+    shapes = held + spec.synthetic_shapes(count, seed=11)
     problems = {}
     for shape in shapes:
-        p = ConvProblem.from_fields(data.operator, data.dtype, shape)
+        p = spec.problem(data.dtype, shape)
         problems.setdefault(p.key, p)
     return list(problems.values())[:count]
 
@@ -99,7 +100,7 @@ def selection_latency(model, data: Dataset, count: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         picks, (c50, c99) = run_driver(files[C_FILE], symbol_prefix(model.operator, model.arch,
                                                                     model.dtype),
-                                       [[getattr(p, f) for f in CONV_FIELDS] for p in shapes],
+                                       [p.number_values() for p in shapes],
                                        masks, tmp, repeats=3)
     agree = sum(fast.names[c] == s for c, s in zip(picks, fast.select_many(shapes)))
     print(f"  selection latency, one shape vs {len(fast.names)} candidates ({len(shapes)} "

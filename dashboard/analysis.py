@@ -1,5 +1,6 @@
 """The dashboard's arithmetic on query results: efficiency summaries and top-k curves, the
-choices of a selection model or a baseline, speed-ups over the vendor, job ETAs, shape labels.
+choices of a selection model or a baseline, speed-ups over the vendor, job ETAs. Shape labels
+and classes come with the frames (dashboard/shapes.py).
 
 A selection model's `metrics` JSON (the models table, written by farm/select) is read from its
 "holdout" part when there is one, else from the top level; every key is optional:
@@ -24,27 +25,6 @@ import pandas as pd
 
 SUMMARY_KEYS = ("mean", "median", "p10", "min", "top1", "top5")
 TOPK = 10
-
-
-def shape_labels(frame: pd.DataFrame) -> pd.Series:
-    """'N32 C64 K64 G1 56x56 3x3 s2x2 p1x1 d2x2', as ConvProblem.label() writes it."""
-    def label(r) -> str:
-        text = f"N{r.N} C{r.C} K{r.K} G{r.G} {r.H}x{r.W} {r.R}x{r.S}"
-        for name, a, b, plain in (("s", r.stride_h, r.stride_w, 1), ("p", r.pad_h, r.pad_w, 0),
-                                  ("d", r.dil_h, r.dil_w, 1)):
-            if (a, b) != (plain, plain):
-                text += f" {name}{a}x{b}"
-        return text
-    if frame.empty:
-        return pd.Series([], dtype=str, index=frame.index)
-    return pd.Series([label(r) for r in frame.itertuples()], index=frame.index, dtype=str)
-
-
-def group_kind(frame: pd.DataFrame) -> pd.Series:
-    """dense (G = 1), depthwise (G = C) or grouped."""
-    kind = np.where(frame["G"] == 1, "dense", np.where(frame["G"] == frame["C"], "depthwise",
-                                                       "grouped"))
-    return pd.Series(kind, index=frame.index, dtype=str)
 
 
 def summarize(frame: pd.DataFrame) -> dict[str, float]:
@@ -120,7 +100,6 @@ def chosen_efficiency(shapes: pd.DataFrame, timings: pd.DataFrame,
     if choices is not None:
         out["chosen"] = out["chosen"].fillna(out["choice"])
     out["efficiency"] = out["oracle_us"] / out["chosen_us"]
-    out["shape"] = shape_labels(out)
     return out
 
 
@@ -128,10 +107,9 @@ def speedups(shapes: pd.DataFrame) -> pd.DataFrame:
     """The shapes with a vendor time: speed-up = vendor time / our best time."""
     out = shapes.dropna(subset=["vendor_us"]).copy()
     out["speedup"] = out["vendor_us"] / out["oracle_us"]
-    out["shape"] = shape_labels(out)
-    out["group"] = group_kind(out)
-    out["ours_tflops"] = out["flops"] / out["oracle_us"] / 1e6
-    out["vendor_tflops"] = out["flops"] / out["vendor_us"] / 1e6
+    for who, column in (("ours", "oracle_us"), ("vendor", "vendor_us")):
+        out[f"{who}_tflops"] = out["flops"] / out[column] / 1e6
+        out[f"{who}_gbps"] = out["min_bytes"] / out[column] / 1e3
     return out
 
 

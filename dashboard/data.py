@@ -9,6 +9,7 @@ import io
 import pandas as pd
 import streamlit as st
 
+from dashboard import shapes
 from farm.store import default_url, describe
 from farm.store.readonly import DbState, database_state, open_views
 from farm.store.views import Choices, ScopeTimings, TimingSelection, Totals, Views
@@ -88,7 +89,8 @@ def scope(db_url: str, operator: str, dtype: str, arch: str) -> ScopeTimings:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def per_shape(db_url: str, operator: str, dtype: str, arch: str) -> pd.DataFrame:
-    return scope(db_url, operator, dtype, arch).per_shape()
+    """The scope's shapes (see ScopeTimings.per_shape) with their label and class."""
+    return shapes.describe(scope(db_url, operator, dtype, arch).per_shape(), operator, dtype)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -109,7 +111,8 @@ def models(db_url: str) -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL, show_spinner=False)
 def timings(db_url: str, where: TimingSelection, limit: int) -> pd.DataFrame:
-    return views(db_url).timings(where, limit)
+    """The selected timings with their shape's label and class."""
+    return shapes.describe(views(db_url).timings(where, limit))
 
 
 def bundle(db_url: str, artifact_id: int) -> bytes:

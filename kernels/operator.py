@@ -118,12 +118,17 @@ class OperatorSpec(abc.ABC):
 
     def generate_value(self, name: str, word: str, partial: Mapping[str, Any]) -> Any:
         """A word a sweep's `generate` may give for a field, beyond an earlier field's name
-        (conv: pad_h: same); None when the word means nothing for `name`."""
+        (a convolution's padding: same); None when the word means nothing for `name`."""
         return None
 
     def synthetic_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
         """`count` shapes that cover the space real networks draw from, the same for a seed."""
         raise NotImplementedError(f"{self.name} has no synthetic shape generator")
+
+    def shape_class(self, problem: Any) -> str:
+        """A coarse class of the shape, for grouping in reports (a convolution's: dense,
+        grouped or depthwise)."""
+        return "all"
 
     # Features ------------------------------------------------------------------------------------
     def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:

@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from farm.gpu import list_devices
-from farm.problems import CONV_OPERATORS, ConvProblem, ProblemError
+from farm.problems import ProblemError
+from kernels.conv.problem import CONV_OPERATORS, ConvProblem
 from farm.timing import TimingPolicy
 from kernels import families_for
 

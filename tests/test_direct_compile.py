@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from farm.problems import ConvProblem
+from kernels.conv.problem import ConvProblem
 from kernels.conv.direct import FAMILY, MAX_GROUP_WIDTH, SHARED_LIMIT
 from kernels.conv.operator import OPERATORS
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from farm.problems import ConvProblem
+from kernels.conv.problem import ConvProblem
 from kernels.conv.direct import FAMILY, DirectConv
 
 DT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

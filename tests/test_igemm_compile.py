@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from farm.problems import ConvProblem
+from kernels.conv.problem import ConvProblem
 from kernels.conv.igemm import FAMILY, OP_CODES, generate_configs, shared_bytes
 from kernels.operator import OUTPUT_EPS
 

@@ -9,7 +9,7 @@ from farm.compile import FolderCache, compile_source
 from farm.environment import Environment
 from farm.launch import pack_args
 from farm.measure import median_ci, summarize
-from farm.problems import ConvProblem
+from kernels.conv.problem import ConvProblem
 from farm.worker import target_of
 from kernels import get_family, operator_spec
 from kernels.conv.operator import ConvParams, conv_params

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from farm.gpu import list_devices
-from farm.problems import ConvProblem
+from kernels.conv.problem import ConvProblem
 from farm.timing import TimingPolicy
 from kernels import get_family
 
@@ -135,7 +135,7 @@ def test_planted_bugs_are_caught(worker):
 
 FAULT_SCRIPT = textwrap.dedent("""
     import sys
-    from farm.problems import ConvProblem
+    from kernels.conv.problem import ConvProblem
     from farm.timing import TimingPolicy
     from farm.worker import GpuWorker
     from kernels.testing.faulty import FAMILY

@@ -3,7 +3,8 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from farm.problems import ConvProblem, ProblemError, problem_from_fields
+from farm.problems import ProblemError, problem_from_fields
+from kernels.conv.problem import ConvProblem
 
 RESNET_3X3 = dict(N=32, C=128, K=128, G=1, H=28, W=28, R=3, S=3, pad_h=1, pad_w=1)
 

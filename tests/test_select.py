@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from farm.cli import app
-from farm.problems import CONV_FIELDS, ConvProblem
+from kernels.conv.problem import CONV_FIELDS, ConvProblem
 from farm.select.cdriver import run_driver
 from farm.select.cexport import symbol_prefix
 from farm.select.data import DEFAULT_HOLDOUT, load_dataset, network_membership
@@ -25,7 +25,7 @@ from farm.select.synthetic import seed_synthetic, synthetic_problems
 from farm.select.train import cost_of, pair_features, train, usable
 from farm.store import open_store
 from farm.store.queries import ModelQueries
-from farm.synthetic import synthetic_shapes
+from kernels.conv.synthetic import synthetic_shapes
 
 ARCH, DTYPE = "sm_90", "bf16"
 

@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from farm.problems import CONV_OPERATORS, ConvProblem
+from kernels.conv.problem import CONV_OPERATORS, ConvProblem
 from farm.select.catalogue import CatalogueEntry, build_catalogue, candidate_families
 from farm.select.cexport import c_expression
 from farm.select.device import device_info
 from farm.select.evaluate import efficiency
-from farm.select.features import INTERACTIONS, FeatureSpec, feature_matrix, instance_matrix
+from farm.select.features import FeatureSpec, feature_matrix, instance_matrix
+from kernels.conv.operator import INTERACTIONS
 from kernels.registry import families_for, get_family
 
 SHAPE = dict(N=8, C=96, K=160, G=1, H=27, W=29, R=3, S=3, stride_h=2, stride_w=1, pad_h=1,

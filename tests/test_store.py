@@ -2,7 +2,7 @@
 
 import pytest
 
-from farm.problems import ConvProblem
+from kernels.conv.problem import ConvProblem
 from farm.store import NotFound, TimingFilter, open_store
 
 SHAPE = dict(N=8, C=64, K=64, G=1, H=14, W=14, R=3, S=3, pad_h=1, pad_w=1)

@@ -9,8 +9,8 @@ import streamlit as st
 from dashboard import analysis, charts, data
 
 BASELINE = "best single instance"
-WORST_COLUMNS = ["shape", "gpu_name", "chosen", "chosen_us", "best_kernel", "oracle_us",
-                 "efficiency", "rank", "instances"]
+WORST_COLUMNS = ["shape", "class", "gpu_name", "chosen", "chosen_us", "best_kernel",
+                 "oracle_us", "efficiency", "rank", "instances"]
 KEYS_NOTE = ("Distributions need the model's choices: its `metrics` JSON (or its `holdout` "
              "part) should carry `per_problem` = [{problem: problem key, kernel: instance "
              "name}, ...] (see dashboard/analysis.py).")

@@ -12,8 +12,8 @@ from pathlib import Path
 FLAGS = ("-std=c99", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror")
 
 
-def driver_source(prefix: str) -> str:
-    """A C program over the export: reads lines of 14 shape fields and one 0/1 per candidate
+def driver_source(prefix: str, fields: int) -> str:
+    """A C program over the export: reads lines of `fields` shape numbers and one 0/1 per candidate
     (allowed), prints each shape's best candidate index (-1: none), then times `P_best` on
     every shape `repeats` times (argv[1]) and prints "p50_us p99_us" last."""
     return f"""#define _POSIX_C_SOURCE 199309L
@@ -22,14 +22,14 @@ def driver_source(prefix: str) -> str:
 #include <stdlib.h>
 #include <time.h>
 int {prefix}_count(void);
-int {prefix}_best(const int64_t shape[14], const unsigned char *allowed);
+int {prefix}_best(const int64_t shape[{fields}], const unsigned char *allowed);
 static int by_value(const void *a, const void *b) {{
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }}
 int main(int argc, char **argv) {{
   int nc = {prefix}_count(), n = 0, cap = 1024, repeats = argc > 1 ? atoi(argv[1]) : 0;
-  int64_t (*shape)[14] = malloc(sizeof *shape * cap);
+  int64_t (*shape)[{fields}] = malloc(sizeof *shape * cap);
   unsigned char *allowed = malloc((size_t)cap * nc);
   for (;;) {{
     int i, v;
@@ -38,9 +38,9 @@ int main(int argc, char **argv) {{
       shape = realloc(shape, sizeof *shape * cap);
       allowed = realloc(allowed, (size_t)cap * nc);
     }}
-    for (i = 0; i < 14; i++)
+    for (i = 0; i < {fields}; i++)
       if (scanf("%lld", (long long *)&shape[n][i]) != 1) break;
-    if (i < 14) break;
+    if (i < {fields}) break;
     for (i = 0; i < nc; i++) {{
       if (scanf("%d", &v) != 1) return 2;
       allowed[(size_t)n * nc + i] = (unsigned char)v;
@@ -78,7 +78,8 @@ def run_driver(source: str, prefix: str, shapes: Sequence[Sequence[int]],
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.c").write_text(source)
-    (folder / "driver.c").write_text(driver_source(prefix))
+    fields = len(shapes[0]) if len(shapes) else 1
+    (folder / "driver.c").write_text(driver_source(prefix, fields))
     exe = folder / "select_driver"
     subprocess.run([cc, *FLAGS, "-o", str(exe), str(folder / "model.c"),
                     str(folder / "driver.c"), "-lm"], check=True, capture_output=True, text=True)

@@ -16,9 +16,12 @@ applicability (`allowed`, one byte per candidate, NULL for all): its kernels' la
 live with the dispatcher, as the descriptors' do in Python.
 
     int  P_count(void);  const char *P_name(int i);
-    int  P_costs(const int64_t shape[14], double *cost);   lower is better, one per candidate
-    int  P_best(const int64_t shape[14], const unsigned char *allowed);     -1 if none allowed
-    int  P_rank(const int64_t shape[14], const unsigned char *allowed, int k, int *out);
+    int  P_costs(const int64_t shape[F], double *cost);   lower is better, one per candidate
+    int  P_best(const int64_t shape[F], const unsigned char *allowed);     -1 if none allowed
+    int  P_rank(const int64_t shape[F], const unsigned char *allowed, int k, int *out);
+
+`shape` holds the operator's shape fields in its record's order, as numbers (a field that
+takes names: the index of its value among the record's choices); P_SHAPE_FIELDS names them.
 """
 
 from __future__ import annotations
@@ -75,14 +78,18 @@ def _rows(values: Sequence[float], per_line: int = 6) -> str:
     return ",\n  ".join(", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
 
 
-def header(prefix: str) -> str:
+def header(prefix: str, inputs: Sequence[str]) -> str:
+    """The C header; `inputs`: the shape fields, in the order `shape` holds them."""
+    f, upper = len(inputs), prefix.upper()
     return (f"/* farm-select C export: {prefix} (generated; see the .c file) */\n"
-            f"#ifndef {prefix.upper()}_H\n#define {prefix.upper()}_H\n#include <stdint.h>\n"
+            f"#ifndef {upper}_H\n#define {upper}_H\n#include <stdint.h>\n"
+            f"#define {upper}_SHAPE_COUNT {f}\n"
+            f"#define {upper}_SHAPE_FIELDS \"{' '.join(inputs)}\"\n"
             "#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
             f"int {prefix}_count(void);\nconst char *{prefix}_name(int i);\n"
-            f"int {prefix}_costs(const int64_t shape[14], double *cost);\n"
-            f"int {prefix}_best(const int64_t shape[14], const unsigned char *allowed);\n"
-            f"int {prefix}_rank(const int64_t shape[14], const unsigned char *allowed, int k, "
+            f"int {prefix}_costs(const int64_t shape[{f}], double *cost);\n"
+            f"int {prefix}_best(const int64_t shape[{f}], const unsigned char *allowed);\n"
+            f"int {prefix}_rank(const int64_t shape[{f}], const unsigned char *allowed, int k, "
             "int *out);\n#ifdef __cplusplus\n}\n#endif\n#endif\n")
 
 
@@ -313,7 +320,7 @@ static double vmax(double a, double b) {{ return (a > b) | (a != a) ? a : b; }}
 int {prefix}_count(void) {{ return NC; }}
 const char *{prefix}_name(int i) {{ return i >= 0 && i < NC ? NAMES[i] : 0; }}
 
-int {prefix}_costs(const int64_t shape[14], double *cost) {{
+int {prefix}_costs(const int64_t shape[{len(spec.inputs)}], double *cost) {{
 {chr(10).join(shape_lines)}
   {"double X[NX][NP];" if cols.stored or leaves else ""}
   {"uint64_t s, M[GROUP][NP];" if leaves else ""}
@@ -327,7 +334,8 @@ int {prefix}_costs(const int64_t shape[14], double *cost) {{
   return NC;
 }}
 
-int {prefix}_rank(const int64_t shape[14], const unsigned char *allowed, int k, int *out) {{
+int {prefix}_rank(const int64_t shape[{len(spec.inputs)}], const unsigned char *allowed, int k,
+          int *out) {{
   double cost[NC];
   unsigned char taken[NC];
   int found = 0;
@@ -344,7 +352,7 @@ int {prefix}_rank(const int64_t shape[14], const unsigned char *allowed, int k, 
   return found;
 }}
 
-int {prefix}_best(const int64_t shape[14], const unsigned char *allowed) {{
+int {prefix}_best(const int64_t shape[{len(spec.inputs)}], const unsigned char *allowed) {{
   int best = -1;
   return {prefix}_rank(shape, allowed, 1, &best) ? best : -1;
 }}

@@ -81,11 +81,11 @@ def network_membership(operator: str = "conv2d_fwd", folder: Path | None = None
         table = pd.read_csv(path)
         if "network" not in table.columns:
             continue
-        for field in fields:
-            if field not in table.columns:
-                if field not in record.DEFAULTS:
+        for name in fields:
+            if name not in table.columns:
+                if name not in record.DEFAULTS:
                     break
-                table[field] = record.DEFAULTS[field]
+                table[name] = record.DEFAULTS[name]
         else:
             for shape, network in zip(geometries(operator, table), table["network"]):
                 found.setdefault(shape, set()).add(str(network))

@@ -68,7 +68,7 @@ def c_files(files: dict[str, str]) -> dict[str, str]:
     note = ("SYNTHETIC training data: not a measured model." if info.get("synthetic")
             else "Trained on measured data.")
     return {C_FILE: c_source(spec, catalogue, files[MODEL], info["kind"], prefix, note),
-            H_FILE: header(prefix)}
+            H_FILE: header(prefix, spec.inputs)}
 
 
 def readme(files: dict[str, str]) -> str:
@@ -96,8 +96,9 @@ Files: `{MODEL}` (LightGBM text model), `{SPEC}` (feature names, order, version,
 `{C_FILE}` / `{H_FILE}` (C99 + libm; build with `-ffp-contract=off`; symbols `{prefix}_*`).
 
 Python: `Selector.load(DIR).select(problem)` filters candidates by the kernel families'
-applicability rules. C: `{prefix}_best(shape, allowed)` with shape = N C K G H W R S stride_h
-stride_w pad_h pad_w dil_h dil_w and `allowed` one byte per candidate (the dispatcher's rules).
+applicability rules. C: `{prefix}_best(shape, allowed)` with shape = {' '.join(spec.inputs)}
+(int64 each; a field that takes names as the index of its value) and `allowed` one byte per
+candidate (the dispatcher's rules).
 """
 
 

@@ -113,6 +113,10 @@ class ConvOperator(OperatorSpec):
     def synthetic_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
         return synthetic_shapes(count, seed)
 
+    def shape_class(self, problem: ConvProblem) -> str:
+        """dense (G = 1), depthwise (G = C) or grouped."""
+        return "dense" if problem.G == 1 else "depthwise" if problem.G == problem.C else "grouped"
+
     def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:
         from kernels.conv.igemm import shared_bytes
 

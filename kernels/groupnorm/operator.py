@@ -100,6 +100,11 @@ class GroupNormBackward(OperatorSpec):
     def synthetic_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
         return synthetic_shapes(count, seed)
 
+    def shape_class(self, p: GroupNormProblem) -> str:
+        """layer (G=1: one group of all channels), instance (G=C: a group per channel) or
+        grouped."""
+        return "layer" if p.G == 1 else "instance" if p.G == p.C else "grouped"
+
     def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:
         """threads, vec; split: gn_twopass's split_hw (1 for gn_onepass, which does not split
         a group); tile_n: gn_onepass's channels per thread (cpt); the static shared memory

@@ -14,6 +14,8 @@ GN_OPERATORS = ("groupnorm_bwd",)
 GN_FIELDS = ("N", "C", "H", "W", "G", "layout")
 GN_LAYOUTS = ("nhwc", "nchw")  # a layout's number (Problem.numbers) is its index here
 MAX_HW = 512 * 512  # the kernels' limit on one plane (H * W)
+# A sample (C*H*W) is indexed with 32-bit integers, the samples of a tensor with 64-bit offsets:
+# a tensor may hold 2^31 elements or more (the SD VAE decoder at batch 32 does).
 STAT_BYTES = 4  # mean and rstd are fp32
 
 
@@ -60,8 +62,10 @@ class GroupNormProblem(Problem):
                 "eps's residue of a cancellation that no fp32 kernel resolves")
         if self.HW > MAX_HW:
             raise ProblemError(f"H*W={self.HW} ({self.H}x{self.W}) is above {MAX_HW} (512x512)")
-        if self.elements > MAX_TENSOR_ELEMENTS:
-            raise ProblemError(f"x has N*C*H*W={self.elements} elements, over the 2^31-1 limit")
+        if self.C * self.HW > MAX_TENSOR_ELEMENTS:
+            raise ProblemError(
+                f"one sample of x has C*H*W={self.C * self.HW} elements, over the 2^31-1 limit "
+                "(the kernels index within a sample with 32-bit integers)")
 
     @classmethod
     def from_fields(cls, op: str, dtype: str, fields: Mapping[str, Any]) -> GroupNormProblem:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from farm.problems import CONV_FIELDS, ConvProblem
+from kernels.conv.problem import ConvProblem
 from farm.recording import write_recording
 from farm.specs import load_spec
 from farm.timing import TimingPolicy
@@ -49,7 +49,7 @@ def row(problem: ConvProblem, instance: Instance) -> dict:
             "operator": instance.operator, "dtype": instance.dtype,
             "config": json.dumps({"dtype": instance.dtype, **instance.settings}, sort_keys=True),
             "source_hash": instance.source_hash, "layout": problem.layout,
-            **{f: getattr(problem, f) for f in CONV_FIELDS}, "problem_key": problem.key,
+            "shape": json.dumps(problem.shape()), "problem_key": problem.key,
             "status": status, "median_us": median if timed else None,
             "min_us": median * 0.98 if timed else None,
             "max_us": median * 1.2 if timed else None,
