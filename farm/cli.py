@@ -151,6 +151,25 @@ def compile_(op: Annotated[str, typer.Option("--op", help="Operator")],
 
 
 @app.command()
+def operators() -> None:
+    """The operators the farm knows: shape fields (optional ones with their default), the
+    kernel families that serve each, and where its real-network problem sets are."""
+    from kernels.registry import families_for
+    from kernels.registry import operators as known
+
+    table = Table("operator", "shape fields", "families", "network sets")
+    for name, spec in sorted(known().items()):
+        record = spec.problem_type
+        fields = [f"{f}={record.DEFAULTS[f]}" if f in record.DEFAULTS else f
+                  for f in record.FIELDS]
+        sets = spec.networks_dir
+        table.add_row(name, " ".join(fields), ", ".join(f.name for f in families_for(name)),
+                      str(sets.relative_to(Path.cwd())) if sets and sets.is_relative_to(
+                          Path.cwd()) else str(sets or ""))
+    out.print(table)
+
+
+@app.command()
 def devices() -> None:
     """The GPUs of this machine and the runtimes installed."""
     from farm.gpu import available_runtimes, list_devices

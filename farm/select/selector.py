@@ -79,6 +79,7 @@ class Selector:
         self._instances = [e.instance() for e in self.catalogue]
         self._families = [get_family(e.family) for e in self.catalogue]
         self._record = operator_spec(self.operator).problem_type
+        self._known = frozenset((*self._record.FIELDS, "layout"))
         self._rules: list[Callable[[Problem], str | None]] = [
             partial(f.applicable, i) for f, i in zip(self._families, self._instances)]
         self._table = instance_matrix(self.spec, self.catalogue)
@@ -124,8 +125,8 @@ class Selector:
             raise SelectionError(f"this model chooses for {self.arch}; it never saw {arch} "
                                  f"(train or export a model for {arch})")
         if not isinstance(problem, Problem):
-            unknown = [f for f in problem if f not in self._record.FIELDS and f != "layout"]
-            if unknown:
+            if not self._known.issuperset(problem):
+                unknown = [f for f in problem if f not in self._known]
                 raise SelectionError(f"unknown field(s) {', '.join(unknown)}; {self.operator} "
                                      f"fields are {', '.join(self._record.FIELDS)}")
             try:
