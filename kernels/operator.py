@@ -58,6 +58,9 @@ class OperatorSpec(abc.ABC):
     problem_type: type  # the shape record: a frozen dataclass deriving from farm.problems.Problem
     reference_source: str  # relative to kernels/, compiled with FARM_REFERENCE (fp32 output)
     networks_dir: Path | None = None  # CSV problem sets of real networks (column `network`)
+    # The networks a selection model is scored on and never trained on, by default; with none
+    # of them among the measured problems, a hash of the shape holds out a share instead.
+    holdout_networks: tuple[str, ...] = ()
     # The selection models' features of a shape: (name, formula) pairs over the shape's
     # numbers (farm.problems.Problem.numbers) and the device constants, then interactions
     # with the instance columns (farm/select/features.py evaluates both, in NumPy and in C).

@@ -15,7 +15,7 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 FARM_CODE_CACHE=${FARM_CODE_CACHE:-/tmp/farm-code}
-for op in conv2d_fwd conv2d_bwd_data conv2d_bwd_weight; do   # warm the code cache in parallel
+for op in ${OPS:-conv2d_fwd conv2d_bwd_data conv2d_bwd_weight groupnorm_bwd}; do   # warm the code cache
   python3 -m farm.cli compile --op $op --target sm_90a --dtype ${DTYPES:-bf16 --dtype fp16 --dtype fp32} \
       -j "$(nproc)" 2>&1 | tail -2
 done

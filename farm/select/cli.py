@@ -51,7 +51,7 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
     """Train, evaluate and register a selection model per operator/arch/dtype."""
     from farm.choices import check_operator
     from farm.select.catalogue import compile_cache_resources, no_resources
-    from farm.select.data import DEFAULT_HOLDOUT, SplitConfig, load_dataset
+    from farm.select.data import SplitConfig, load_dataset
     from farm.select.registry import register
     from farm.select.train import TrainConfig, summary
     from farm.select.train import train as fit
@@ -65,7 +65,7 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
                    if (op or o) == o and (arch or a) == a and (dtype or d) == d]
         if not targets:
             raise LookupError("no measurements match; run a sweep first")
-        split = SplitConfig(holdout_networks=tuple(holdout) or DEFAULT_HOLDOUT)
+        split = SplitConfig(holdout_networks=tuple(holdout) or None)
         for o, a, d in targets:
             lookup = compile_cache_resources(a) if resources else no_resources
             data = load_dataset(store, o, a, d, split, lookup, include_replay)

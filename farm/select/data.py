@@ -21,7 +21,7 @@ from farm.store import Queries, TimingFilter
 from farm.store.queries import ModelQueries
 from kernels.registry import get_family, operator_spec
 
-DEFAULT_HOLDOUT = ("efficientnet_b0", "resnext50_32x4d")
+DEFAULT_HOLDOUT = ("efficientnet_b0", "resnext50_32x4d")  # the convolutions' held-out networks
 USABLE = ("ok", "compile_error", "launch_error", "timeout", "wrong_result", "unsupported")
 SYNTHETIC_MARK = "SYNTHETIC"
 
@@ -30,7 +30,7 @@ SYNTHETIC_MARK = "SYNTHETIC"
 class SplitConfig:
     """Which problems validate and which are held out."""
 
-    holdout_networks: tuple[str, ...] = DEFAULT_HOLDOUT
+    holdout_networks: tuple[str, ...] | None = None  # None: OperatorSpec.holdout_networks
     validation_share: float = 0.2
     holdout_share: float = 0.2  # by hash, only where no problem belongs to a held-out network
     salt: str = "farm-select"
@@ -101,8 +101,10 @@ def assign_splits(shapes: list[tuple[int, ...]], config: SplitConfig, operator: 
                   ) -> tuple[list[str], dict]:
     """The split of each problem (by its geometry) and a description of the holdout."""
     members = network_membership(operator, networks_dir(operator, config))
-    held = [bool(members.get(s, set()) & set(config.holdout_networks)) for s in shapes]
-    holdout: dict[str, Any] = {"kind": "networks", "networks": list(config.holdout_networks)}
+    networks = (operator_spec(operator).holdout_networks if config.holdout_networks is None
+                else config.holdout_networks)
+    held = [bool(members.get(s, set()) & set(networks)) for s in shapes]
+    holdout: dict[str, Any] = {"kind": "networks", "networks": list(networks)}
     if not any(held):
         held = [_bucket(s, config.salt + "/holdout") < config.holdout_share for s in shapes]
         holdout = {"kind": "problem_hash", "share": config.holdout_share}

@@ -73,6 +73,7 @@ class ConvOperator(OperatorSpec):
     problem_type = ConvProblem
     reference_source = "conv/naive.cu"
     networks_dir = NETWORKS_DIR
+    holdout_networks = ("efficientnet_b0", "resnext50_32x4d")
     generate_order = GENERATE_ORDER
     interactions = INTERACTIONS
 
