@@ -1,10 +1,13 @@
 """Time to render each dashboard page on a database of one million measurements.
 
-Builds (or reuses) a SQLite database shaped like a busy farm: three directions on two
-architectures, network and synthetic shapes, about 280 instances in three families plus the
-vendor baseline per direction, 3% failures, a running job with its workers, and three model
-versions per direction and architecture with per-problem choices. Then renders every page with
-Streamlit's AppTest: cold (caches cleared) and warm; the target is under 2 s cold. Writes
+Builds (or reuses) a SQLite database shaped like a busy farm: the three convolution directions
+and group-normalization backward on two architectures, network and generated shapes of each
+(the operator's network tables and synthetic_shapes), their families with about 280
+instances per convolution direction (a library at scale) and group-norm's 131, plus the vendor
+baseline, latencies from a roofline of each shape's FLOPs and bytes with noise, 3%
+failures, a running job with its workers, and three model versions per operator and
+architecture with per-problem choices. Then renders every page with Streamlit's AppTest: cold
+(caches cleared) and warm; the target is under 2 s cold. Writes
 bench/results/dashboard_load.json.
 Usage: python -m bench.dashboard_load [--db PATH] [--rows 1000000] [--rebuild] [--out DIR]
 """
@@ -12,7 +15,6 @@ Usage: python -m bench.dashboard_load [--db PATH] [--rows 1000000] [--rebuild] [
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import math
 import os
@@ -24,40 +26,45 @@ import numpy as np
 from sqlalchemy import func, insert, select
 
 from bench.common import write_result
-from farm.problems import CONV_FIELDS, CONV_OPERATORS, ConvProblem
+from farm.problems import ProblemError
+from farm.select.synthetic import network_shapes
 from farm.store import open_store
 from farm.store.models import (Artifact, Environment, Job, JobProblem, Kernel, Measurement, Model,
                                Problem, Worker)
-from farm.synthetic import synthetic_shapes
+from kernels.registry import operator_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "dashboard" / "app.py"
-PAGES = ["screens/overview.py", "screens/efficiency.py", "screens/vs_vendor.py", "screens/timings.py",
-         "screens/models.py"]
-ARCHS = [("sm_90", "NVIDIA H100 80GB HBM3", 132), ("gfx90a", "AMD Instinct MI250X", 110)]
-FAMILIES = [("conv_igemm", 200, 1.0), ("conv_direct", 70, 1.6), ("conv_naive", 10, 6.0)]
+PAGES = ["screens/overview.py", "screens/efficiency.py", "screens/vs_vendor.py",
+         "screens/timings.py", "screens/models.py"]
+# arch, GPU, multiprocessors, peak dense bf16 TFLOP/s, memory GB/s (roofline of the latencies)
+ARCHS = [("sm_90", "NVIDIA H100 80GB HBM3", 132, 990.0, 3350.0),
+         ("gfx90a", "AMD Instinct MI250X", 110, 383.0, 1600.0)]
+CONV_FAMILIES = [("conv_igemm", 200, 1.0), ("conv_direct", 70, 1.6), ("conv_naive", 10, 6.0)]
+FAMILIES = {"conv2d_fwd": CONV_FAMILIES, "conv2d_bwd_data": CONV_FAMILIES,  # name, count, slowness
+            "conv2d_bwd_weight": CONV_FAMILIES,
+            "groupnorm_bwd": [("gn_onepass", 35, 1.0), ("gn_twopass", 96, 1.3)]}
+OPERATORS = tuple(FAMILIES)
 FAILURES = {"compile_error": "nvrtc: error: too many resources requested for launch",
             "launch_error": "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
             "timeout": "no result within 10.0 s", "wrong_result": "max error 0.31 > 0.02",
-            "unsupported": "G*C/G not a multiple of the tile"}
-SHAPE_COLUMNS = {f: f.lower() if len(f) == 1 else f for f in CONV_FIELDS}
+            "unsupported": "the shape is outside the family's rules"}
 
 
-def _shapes(count: int) -> list[dict[str, int]]:
-    seen, out = set(), []
-    with (ROOT / "jobs" / "networks" / "all_networks.csv").open() as handle:
-        for row in csv.DictReader(handle):
-            shape = {f: int(row[f]) for f in CONV_FIELDS}
-            if tuple(shape.values()) not in seen:
-                seen.add(tuple(shape.values()))
-                out.append(shape)
-    for shape in synthetic_shapes(count * 2, seed=7):
-        if len(out) >= count:
+def _problems(operator: str, count: int) -> list:
+    """`count` distinct bf16 problems of the operator: its network shapes first, then generated
+    ones."""
+    spec = operator_spec(operator)
+    found: dict[str, object] = {}
+    for shape in network_shapes(operator) + spec.synthetic_shapes(count * 2, seed=7):
+        if len(found) >= count:
             break
-        if tuple(shape[f] for f in CONV_FIELDS) not in seen:
-            seen.add(tuple(shape[f] for f in CONV_FIELDS))
-            out.append({f: shape[f] for f in CONV_FIELDS})
-    return out[:count]
+        try:
+            problem = spec.problem("bf16", shape)
+        except ProblemError:
+            continue
+        found.setdefault(problem.key, problem)
+    return list(found.values())
 
 
 def build(url: str, rows: int, seed: int = 0) -> dict:
@@ -65,50 +72,53 @@ def build(url: str, rows: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     store = open_store(url, migrate=True)
     engine = store.engine
-    kernels_per_op = sum(n for _, n, _ in FAMILIES) + 1
-    per_op = max(1, math.ceil(rows / (len(CONV_OPERATORS) * len(ARCHS) * kernels_per_op)))
-    shapes = _shapes(per_op)
     now = dt.datetime.now(dt.timezone.utc)
     with engine.begin() as conn:
         env_ids = []
-        for i, (arch, gpu, sms) in enumerate(ARCHS):
+        for i, (arch, gpu, sms, _, _) in enumerate(ARCHS):
             env_ids.append(conn.execute(insert(Environment).values(
                 fingerprint=f"bench-{arch}", gpu_name=gpu, arch=arch, sm_count=sms,
                 driver="580", compiler="nvrtc 13.0" if i == 0 else "hiprtc 6.4",
                 runtime="cuda 13.0" if i == 0 else "hip 6.4", farm_version="0.1.0",
                 details={}, created_at=now)).inserted_primary_key[0])
         counts = {"measurements": 0, "problems": 0, "kernels": 0}
-        for op_index, op in enumerate(CONV_OPERATORS):
-            problems = [ConvProblem(op=op, **s) for s in shapes]
+        for op_index, op in enumerate(OPERATORS):
+            families = FAMILIES[op]
+            kernels_per_op = sum(n for _, n, _ in families) + 1
+            per_op = max(1, math.ceil(rows / (len(OPERATORS) * len(ARCHS) * kernels_per_op)))
+            problems = _problems(op, per_op)
             pids = [conn.execute(insert(Problem).values(
-                key=p.key, operator=op, dtype=p.dtype, layout=p.layout, flops=p.flops,
-                min_bytes=p.min_bytes, **{SHAPE_COLUMNS[f]: getattr(p, f) for f in CONV_FIELDS})
-            ).inserted_primary_key[0] for p in problems]
-            kernels = [(fam, f"{fam}_{op}_{i:03d}", slow) for fam, n, slow in FAMILIES
+                key=p.key, operator=op, dtype=p.dtype, layout=p.layout, shape=p.shape(),
+                flops=p.flops, min_bytes=p.min_bytes)).inserted_primary_key[0]
+                for p in problems]
+            kernels = [(fam, f"{fam}_{op}_{i:03d}", slow) for fam, n, slow in families
                        for i in range(n)] + [("vendor", f"vendor_{op}", 1.0)]
             kids = [conn.execute(insert(Kernel).values(
                 key=f"{name}-key", family=fam, operator=op, name=name, config={"i": i},
                 source_hash="bench", created_at=now)).inserted_primary_key[0]
                 for i, (fam, name, _) in enumerate(kernels)]
-            status = "running" if op_index == len(CONV_OPERATORS) - 1 else "done"
+            status = "running" if op_index == len(OPERATORS) - 1 else "done"
+            pairs = len(pids) * len(kids) * len(ARCHS)
             job_id = conn.execute(insert(Job).values(
                 name=f"networks-{op}", operator=op, dtype="bf16", spec={}, status=status,
-                priority=op_index, total_pairs=len(pids) * len(kids) * len(ARCHS),
-                done_pairs=int(len(pids) * len(kids) * len(ARCHS) * (0.8 if status == "running"
-                                                                     else 0.97)),
-                failed_pairs=int(len(pids) * len(kids) * len(ARCHS) * 0.03), cached_pairs=0,
+                priority=op_index, total_pairs=pairs,
+                done_pairs=int(pairs * (0.8 if status == "running" else 0.97)),
+                failed_pairs=int(pairs * 0.03), cached_pairs=0,
                 claimed_by="coordinator-a" if status == "running" else None,
                 created_at=now - dt.timedelta(hours=3), started_at=now - dt.timedelta(hours=3),
                 updated_at=now)).inserted_primary_key[0]
             conn.execute(insert(JobProblem), [{"job_id": job_id, "problem_id": p, "position": i}
                                               for i, p in enumerate(pids)])
             flops = np.array([p.flops for p in problems], dtype=float)
+            moved = np.array([p.min_bytes for p in problems], dtype=float)
             slowness = np.array([s for _, _, s in kernels])
             for env_index, env_id in enumerate(env_ids):
-                base = flops / (4e8 if env_index == 0 else 2.5e8) + 3.0  # microseconds
+                _, _, _, tflops, gbps = ARCHS[env_index]
+                base = np.maximum(flops / (tflops * 1e6), moved / (gbps * 1e3)) + 3.0  # µs
                 times = (base[:, None] * slowness[None, :]
                          * np.exp(rng.normal(0.4, 0.35, (len(pids), len(kids)))))
-                times[:, -1] = times[:, :-1].min(axis=1) * np.exp(rng.normal(0.05, 0.3, len(pids)))
+                times[:, -1] = times[:, :-1].min(axis=1) * np.exp(rng.normal(0.05, 0.3,
+                                                                              len(pids)))
                 failed = rng.random(times.shape) < 0.03
                 ages = rng.random(times.shape) * 3 * 3600.0  # seconds before now
                 batch = []
@@ -117,12 +127,14 @@ def build(url: str, rows: int, seed: int = 0) -> dict:
                         t = float(times[pi, ki])
                         state = (list(FAILURES)[int(rng.integers(len(FAILURES)))]
                                  if failed[pi, ki] else "ok")
+                        timed = not failed[pi, ki]
                         batch.append({"kernel_id": kid, "problem_id": pid,
                                       "environment_id": env_id, "job_id": job_id,
-                                      "status": state, "median_us": None if failed[pi, ki] else t,
-                                      "min_us": None if failed[pi, ki] else t * 0.98,
+                                      "status": state, "median_us": t if timed else None,
+                                      "min_us": t * 0.98 if timed else None,
                                       "samples": 20, "spread": 0.01,
-                                      "tflops": None if failed[pi, ki] else flops[pi] / t / 1e6,
+                                      "tflops": flops[pi] / t / 1e6 if timed else None,
+                                      "gbps": moved[pi] / t / 1e3 if timed else None,
                                       "message": FAILURES.get(state), "policy": {},
                                       "telemetry": {},
                                       "created_at": now - dt.timedelta(seconds=ages[pi, ki])})
@@ -131,10 +143,11 @@ def build(url: str, rows: int, seed: int = 0) -> dict:
                 _models(conn, op, ARCHS[env_index][0], problems, kernels, times, failed, rng, now)
             counts["problems"] += len(pids)
             counts["kernels"] += len(kids)
+        busy = FAMILIES[OPERATORS[-1]][0][0]
         conn.execute(insert(Worker), [{
             "name": f"coordinator-a/gpu{i}", "coordinator": "coordinator-a", "kind": "gpu",
             "node": f"node{i // 4}", "gpu_name": ARCHS[0][1], "arch": ARCHS[0][0],
-            "state": "measuring", "job_id": job_id, "measuring": f"conv_igemm_{i:03d} on shape {i}",
+            "state": "measuring", "job_id": job_id, "measuring": f"{busy}_{i:03d} on shape {i}",
             "pairs_done": 1000 * i, "restarts": 0, "started_at": now, "updated_at": now}
             for i in range(8)])
     return counts
@@ -144,6 +157,7 @@ def _models(conn, op, arch, problems, kernels, times, failed, rng, now) -> None:
     """Three versions, each choosing the oracle more often, scored on 20% held-out problems,
     their metrics in farm/select's layout plus per-problem choices."""
     held = np.flatnonzero(rng.random(len(problems)) < 0.2)
+    held = held if len(held) else np.arange(1)  # a small build: one problem at least
     ok = np.where(failed[:, :-1], np.inf, times[:, :-1])
     order = np.argsort(ok, axis=1)
     for version, hit in enumerate((0.4, 0.6, 0.75), start=1):

@@ -63,15 +63,15 @@ def _problem_descriptions(firsts: pd.DataFrame, key: str, operator: str, dtype: 
                           ) -> dict[Any, tuple[str, str]]:
     """(label, class) by problem key, for rows of one operator and dtype."""
     names, text = fields(operator), text_fields(operator)
-    if not set(names) <= set(firsts.columns):
-        return {}
-    layouts = firsts["layout"] if "layout" in firsts else pd.Series("", index=firsts.index)
+    absent = pd.Series(None, index=firsts.index, dtype=object)
+    layouts = firsts["layout"] if "layout" in firsts else absent.fillna("")
     out = {}
     for problem, layout, *values in zip(firsts[key], layouts,
-                                        *(firsts[f] for f in names)):
-        try:
-            shape = tuple((f, str(v) if f in text else int(v)) for f, v in zip(names, values))
-        except (TypeError, ValueError):  # NaN: a field this problem's JSON lacks
+                                        *(firsts[f] if f in firsts else absent for f in names)):
+        try:  # a field the problem's JSON lacks (NaN here) takes the record's default
+            shape = tuple((f, str(v) if f in text else int(v)) for f, v in zip(names, values)
+                          if not pd.isna(v))
+        except (TypeError, ValueError):
             continue
         found = described(operator, dtype, str(layout), shape)
         if found:

@@ -36,7 +36,16 @@ def register(family: KernelFamily) -> KernelFamily:
     return family
 
 
+RESERVED_FIELDS = frozenset({"op", "operator", "dtype", "key", "id", "flops", "min_bytes",
+                             "problem_id", "problem_key", "kernel", "family", "status"})
+
+
 def register_operator(spec: OperatorSpec) -> OperatorSpec:
+    """Add an operator; its shape fields must not take a name the store's rows use."""
+    clash = sorted(RESERVED_FIELDS & set(spec.problem_type.FIELDS))
+    if clash:
+        raise ValueError(f"operator {spec.name}: shape field(s) {', '.join(clash)} clash with "
+                         "the names of the farm's own columns; rename them")
     _OPERATORS[spec.name] = spec
     return spec
 

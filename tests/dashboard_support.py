@@ -1,7 +1,8 @@
-"""A small farm database whose dashboard figures are known by hand, for the dashboard tests.
+"""Small farm databases for the dashboard tests: one whose figures are known by hand (seed),
+one of SYNTHETIC measurements of every candidate instance (seed_synthetic_scopes).
 
-Three conv2d_fwd bf16 problems on one H100 environment, kernels a, b (conv_igemm), c
-(conv_direct) and the vendor; median times in µs:
+seed: two operators on one H100 environment, bf16. Three conv2d_fwd problems, kernels a, b
+(conv_igemm), c (conv_direct) and the vendor; median times in µs:
 
             a    b    c               vendor   oracle     speed-up
   P1 dense  10   20   40              12.5     10 (a)     1.25      resnet50 layer1.0.conv2
@@ -10,16 +11,29 @@ Three conv2d_fwd bf16 problems on one H100 environment, kernels a, b (conv_igemm
 
 Best single instance: a (efficiency 1, 0.5, 0.5; ranks 1, 2, 2). Model v1 (promoted) chose
 a, c, c: efficiency 1, 0 (c failed on P2), 1. Model v2 stores figures but no choices.
-Jobs: 1 done, 2 running (50 of 100 pairs finished in 100 s: ETA 100 s), 3 queued.
+
+Three groupnorm_bwd problems, kernels x (gn_onepass), y (gn_twopass) and the vendor:
+
+                             x    y             vendor   oracle    speed-up
+  Q1 N8 C64 56x56 G32 nhwc   20   25            30       20 (x)    1.5     resnet50_gn
+  Q2 N2 C320 64x64 G32 nchw  50   40            20       40 (y)    0.5     sd15_unet
+  Q3 N4 C96 7x7 G96 nhwc     6    unsupported   6        6 (x)     1.0
+
+Best single instance: x (efficiency 1, 0.8, 1). Model v1 (promoted) chose y everywhere:
+efficiency 0.8, 1, 0 (y does not run Q3); ranks 2, 1, none.
+
+Jobs: 1 done (conv), 2 running (50 of 100 pairs finished in 100 s: ETA 100 s), 3 queued,
+4 done (groupnorm). Measurements: 21, 19 ok, 1 wrong result, 1 unsupported.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from farm.problems import ConvProblem
 from farm.store import open_store
-from farm.store.models import Artifact, Job, Model, utcnow
+from farm.store.models import FAILED_STATES, Artifact, Job, Model, utcnow
+from kernels.conv.problem import ConvProblem
+from kernels.groupnorm.problem import GroupNormProblem
 
 BASE = dict(H=56, W=56, R=3, S=3, pad_h=1, pad_w=1)
 PROBLEMS = [ConvProblem(op="conv2d_fwd", N=32, C=64, K=64, G=1, **BASE),
@@ -28,33 +42,53 @@ PROBLEMS = [ConvProblem(op="conv2d_fwd", N=32, C=64, K=64, G=1, **BASE),
 KERNELS = {"a": "conv_igemm", "b": "conv_igemm", "c": "conv_direct", "v": "vendor"}
 TIMES = {"a": (10.0, 30.0, 8.0), "b": (20.0, 15.0, 16.0), "c": (40.0, None, 4.0),
          "v": (12.5, 10.0, 8.0)}
+GN = "groupnorm_bwd"
+GN_PROBLEMS = [GroupNormProblem(op=GN, N=8, C=64, H=56, W=56, G=32),
+               GroupNormProblem(op=GN, N=2, C=320, H=64, W=64, G=32, layout="nchw"),
+               GroupNormProblem(op=GN, N=4, C=96, H=7, W=7, G=96)]
+GN_KERNELS = {"x": "gn_onepass", "y": "gn_twopass", "gv": "vendor"}
+GN_TIMES = {"x": (20.0, 50.0, 6.0), "y": (25.0, 40.0, None), "gv": (30.0, 20.0, 6.0)}
+FAILED = {"conv2d_fwd": ("wrong_result", "max error 0.5 > 0.02"),
+          GN: ("unsupported", "C/G=32 channels per group: not a multiple of the vector")}
 BUNDLE = b"farm-select-bundle bytes"
+
+
+def _measure(store, operator, problems, kernels, times, env) -> int:
+    """A done job of `problems` with one row per (kernel, problem): ok where times has a time,
+    else FAILED[operator]."""
+    job = store.create_job(f"sweep-{operator}", operator, "bf16", 0, {"spec": {}}, problems)
+    ids = store.kernel_ids([{"key": f"key-{k}", "family": f, "operator": operator,
+                             "name": f"kernel_{k}", "config": {}, "source_hash": "x"}
+                            for k, f in kernels.items()])
+    pids = dict(store.job_problem_ids(job))
+    status, message = FAILED[operator]
+    rows = []
+    for k, row_times in times.items():
+        for problem_id, t in zip(sorted(pids), row_times):
+            rows.append({"kernel_id": ids[f"key-{k}"], "problem_id": problem_id,
+                         "environment_id": env, "job_id": job, "samples": 20,
+                         "status": "ok" if t else status, "median_us": t,
+                         "min_us": t, "tflops": pids[problem_id].flops / t / 1e6 if t else None,
+                         "gbps": pids[problem_id].min_bytes / t / 1e3 if t else None,
+                         "message": None if t else message,
+                         "policy": {}, "telemetry": {}})
+    store.record_measurements(rows)
+    failed = sum(r["status"] in FAILED_STATES for r in rows)
+    store.set_job_state(job, "done", total_pairs=len(rows), done_pairs=len(rows) - failed,
+                        failed_pairs=failed)
+    return job
 
 
 def seed(url: str) -> None:
     store = open_store(url, migrate=True)
-    job = store.create_job("sweep-done", "conv2d_fwd", "bf16", 0, {"spec": {}}, PROBLEMS)
-    running = store.create_job("sweep-running", "conv2d_fwd", "bf16", 1, {"spec": {}},
-                               PROBLEMS[:1])
-    store.create_job("sweep-queued", "conv2d_fwd", "bf16", 5, {"spec": {}}, PROBLEMS[1:])
     env = store.environment_id("fp-h100", gpu_name="NVIDIA H100 80GB HBM3", arch="sm_90",
                                sm_count=132, driver="580", compiler="nvrtc 13.0",
                                runtime="cuda 13.0", farm_version="0.1.0")
-    ids = store.kernel_ids([{"key": f"key-{k}", "family": f, "operator": "conv2d_fwd",
-                             "name": f"kernel_{k}", "config": {}, "source_hash": "x"}
-                            for k, f in KERNELS.items()])
-    pids = dict(store.job_problem_ids(job))
-    rows = []
-    for k, times in TIMES.items():
-        for problem_id, t in zip(sorted(pids), times):
-            rows.append({"kernel_id": ids[f"key-{k}"], "problem_id": problem_id,
-                         "environment_id": env, "job_id": job, "samples": 20,
-                         "status": "ok" if t else "wrong_result", "median_us": t,
-                         "min_us": t, "tflops": pids[problem_id].flops / t / 1e6 if t else None,
-                         "message": None if t else "max error 0.5 > 0.02",
-                         "policy": {}, "telemetry": {}})
-    store.record_measurements(rows)
-    store.set_job_state(job, "done", total_pairs=12, done_pairs=11, failed_pairs=1)
+    _measure(store, "conv2d_fwd", PROBLEMS, KERNELS, TIMES, env)
+    running = store.create_job("sweep-running", "conv2d_fwd", "bf16", 1, {"spec": {}},
+                               PROBLEMS[:1])
+    store.create_job("sweep-queued", "conv2d_fwd", "bf16", 5, {"spec": {}}, PROBLEMS[1:])
+    _measure(store, GN, GN_PROBLEMS, GN_KERNELS, GN_TIMES, env)
     now = utcnow()
     store.save_workers([
         {"name": "coord/gpu0", "coordinator": "coord", "kind": "gpu", "node": "node0",
@@ -88,4 +122,23 @@ def seed(url: str) -> None:
                                   "problems": 40, "mean": 0.95, "median": 0.97, "p10": 0.9,
                                   "min": 0.6, "top1": 0.7, "top5": 0.9,
                                   "top_k": {"2": 0.97, "4": 0.99, "8": 1.0}}}))
+        session.add(Model(operator=GN, arch="sm_90", dtype="bf16", version=1, promoted=True,
+                          created_at=now - dt.timedelta(days=1), metrics={
+                              "kind": "ranker", "holdout": {
+                                  "problems": 3, "mean": 0.6, "median": 0.8, "p10": 0.16,
+                                  "min": 0.0, "top1": 1 / 3, "top5": 2 / 3,
+                                  "per_problem": [{"problem": p.key, "kernel": "kernel_y"}
+                                                  for p in GN_PROBLEMS]}}))
+    store.engine.dispose()
+
+
+def seed_synthetic_scopes(url: str, operators: tuple[str, ...], networks: int = 4,
+                          random: int = 4) -> None:
+    """SYNTHETIC measurements (farm.select.synthetic) of every candidate instance and the
+    vendor on `networks` shapes of each operator's network tables and `random` generated ones."""
+    from farm.select.synthetic import seed_synthetic, synthetic_problems
+
+    store = open_store(url, migrate=True)
+    for operator in operators:
+        seed_synthetic(store, synthetic_problems(operator, "bf16", networks, random))
     store.engine.dispose()

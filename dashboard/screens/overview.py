@@ -87,7 +87,9 @@ def _live(db: str, was_active: bool) -> None:
     cols[1].metric("Queued jobs", queued)
     cols[2].metric("Measurements", f"{totals.measurements:,}")
     share = totals.failed / totals.measurements if totals.measurements else 0.0
-    cols[3].metric("Failed", f"{totals.failed:,} ({share:.1%})")
+    cols[3].metric("Failed", f"{totals.failed:,} ({share:.1%})",
+                   help="Compile and launch errors, timeouts and wrong results; a shape that a "
+                        "family's rules refuse (unsupported) is settled, not failed")
     cols[4].metric("Active workers", totals.workers_active)
     cols[5].metric("Models", totals.models)
     _jobs(db, now)

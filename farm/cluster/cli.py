@@ -176,14 +176,15 @@ def import_recording(path: Annotated[Path, typer.Argument(help="Recording (parqu
 def demo(replay: ReplayOption = None, replay_actors: ActorsOption = 2,
          replay_pace: PaceOption = 0.0, arch: ArchOption = None,
          spec: Annotated[list[Path], typer.Option(
-             "--spec", help="Run these specs instead of the standard sweep")] = [],
+             "--spec", help="Run these specs instead of the demo sweep")] = [],
          rows: Annotated[int, typer.Option(help="Shapes shown per job")] = 12,
          ray_address: RayOption = None,
          db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
-    """The standard sweep end to end on this machine (GPUs, or the replay device), summarized."""
+    """The standard convolution sweep and the group-norm networks end to end on this machine
+    (GPUs, or the replay device), summarized."""
     from farm.cli import _errors
     from farm.cluster.coordinator import NoWorkers
-    from farm.cluster.demo import STANDARD_SWEEP, run_demo
+    from farm.cluster.demo import DEMO_SWEEP, run_demo
     from farm.cluster.progress import ProgressBars
     from farm.recording import RecordingError
 
@@ -192,7 +193,7 @@ def demo(replay: ReplayOption = None, replay_actors: ActorsOption = 2,
         store = open_store(db)
         try:
             outcomes = run_demo(store, config, out, ProgressBars(err),
-                                tuple(spec) or STANDARD_SWEEP, rows)
+                                tuple(spec) or DEMO_SWEEP, rows)
         except (NoWorkers, RecordingError) as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None

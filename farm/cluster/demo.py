@@ -32,6 +32,7 @@ from kernels.registry import get_family
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 STANDARD_SWEEP = tuple(EXAMPLES / f"all_networks_{d}.yaml" for d in ("fwd", "bwd_data",
                                                                     "bwd_weight"))
+DEMO_SWEEP = (*STANDARD_SWEEP, EXAMPLES / "groupnorm_networks.yaml")  # every operator
 
 
 def has_measurer(config: CoordinatorConfig) -> bool:
@@ -41,7 +42,7 @@ def has_measurer(config: CoordinatorConfig) -> bool:
 
 
 def run_demo(store: Queries, config: CoordinatorConfig, console: Console, reporter: Any,
-             specs: tuple[Path, ...] = STANDARD_SWEEP, rows: int = 12) -> list[JobOutcome]:
+             specs: tuple[Path, ...] = DEMO_SWEEP, rows: int = 12) -> list[JobOutcome]:
     connect_ray(config.ray_address)
     if not has_measurer(config):
         compile_only(config, specs, console)

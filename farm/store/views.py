@@ -37,7 +37,8 @@ class Totals:
 
     @property
     def failed(self) -> int:
-        return sum(n for s, n in self.statuses.items() if s != "ok")
+        """Measurements that failed (an unsupported pair is settled, not failed)."""
+        return sum(n for s, n in self.statuses.items() if s in FAILED_STATES)
 
     @property
     def empty(self) -> bool:
