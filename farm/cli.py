@@ -143,8 +143,9 @@ def compile_(op: Annotated[str, typer.Option("--op", help="Operator")],
         raise typer.Exit(2) from None
     for failure in summary.failures:
         err.print(f"[red]failed[/] {failure.instance}:\n{failure.log.strip()}", highlight=False)
-    out.print(f"{op} for {target}: {summary.instances} instances, {summary.compiled} compiled "
-              f"({summary.cached} from the cache), {len(summary.failures)} failed, "
+    out.print(f"{op} for {target}: {summary.instances} instances ({summary.code_objects} "
+              f"distinct code objects), {summary.compiled} compiled ({summary.cached} from the "
+              f"cache or a twin), {len(summary.failures)} failed, "
               f"{summary.seconds:.1f} s")
     if summary.failures or not summary.instances:
         raise typer.Exit(1)

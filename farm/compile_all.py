@@ -23,7 +23,8 @@ class CompileFailure:
 class CompileSummary:
     instances: int
     compiled: int
-    cached: int
+    cached: int  # instances whose code object was in the cache (or compiled for a twin)
+    code_objects: int
     failures: tuple[CompileFailure, ...]
     seconds: float
     compile_seconds: float  # summed over the compiles that ran (not cache hits)
@@ -42,23 +43,34 @@ def compile_instances(instances: list[Instance], target: str, cache: CodeCache |
     for _ in range(max(1, workers)):
         compilers.put(new_compiler(target))
 
+    def code_of(instance: Instance) -> tuple:
+        """Instances with the same family and defines share one code object (a launch-time
+        setting such as a split is not a define): it is compiled once."""
+        return instance.family, tuple(sorted(get_family(instance.family).defines(
+            instance).items()))
+
+    distinct = {code_of(i): i for i in reversed(instances)}  # the first instance of each code
+
     def one(instance: Instance):
         family = get_family(instance.family)
         compiler = compilers.get()
         try:
-            return instance, compile_source(family.source(), family.defines(instance), target,
-                                            cache, compiler=compiler)
+            return compile_source(family.source(), family.defines(instance), target, cache,
+                                  compiler=compiler)
         finally:
             compilers.put(compiler)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            done = list(pool.map(one, instances))
+            compiled = dict(zip(distinct, pool.map(one, distinct.values())))
     finally:
         while not compilers.empty():
             compilers.get().close()
+    done = [(i, compiled[code_of(i)]) for i in instances]
     failures = tuple(CompileFailure(i.name, c.result.log) for i, c in done if not c.result.ok)
+    ran = [c for c in compiled.values() if not c.cached]
     return CompileSummary(instances=len(done), compiled=len(done) - len(failures),
-                          cached=sum(c.cached for _, c in done), failures=failures,
+                          cached=len(done) - len(ran), code_objects=len(compiled),
+                          failures=failures,
                           seconds=time.perf_counter() - start,
-                          compile_seconds=sum(c.result.seconds for _, c in done if not c.cached))
+                          compile_seconds=sum(c.result.seconds for c in ran))

@@ -40,21 +40,16 @@ def worker():
     return GpuWorker()
 
 
-def _from_storage(raw, dtype):
-    if dtype == "fp32":
-        return raw.view(np.float32).astype(np.float64)
-    if dtype == "fp16":
-        return raw.view(np.float16).astype(np.float64)
-    return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-
-
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_statistics_and_reference_match_numpy(worker, dtype, layout):
     """The inputs ProblemBench makes (random x, dy, gamma; mean and rstd of x from
-    input_launches) and the fp32 reference outputs, read back and checked in float64."""
+    input_launches, rounded to the element type) and the fp32 reference outputs, read back and
+    checked in float64."""
     from farm.measure import ProblemBench
+    from kernels.groupnorm.gpu_check import from_storage, to_storage
     from kernels.groupnorm.reference import groupnorm_bwd, groupnorm_fwd_stats
+    from kernels.operator import OUTPUT_EPS
 
     p = GroupNormProblem(OP, 3, 24, 5, 7, 4, layout, dtype)
     bench = ProblemBench(worker.device, p, worker.support(dtype), worker.target, worker.cache,
@@ -63,16 +58,20 @@ def test_statistics_and_reference_match_numpy(worker, dtype, layout):
         def read(name, dtype, count):
             size = 4 if dtype == "fp32" else 2
             ptr = bench.references.get(name) or bench.pointers[name]
-            return _from_storage(worker.device.copy_from_device(ptr, count * size), dtype)
+            raw = worker.device.copy_from_device(ptr, count * size)
+            return from_storage(raw.view(np.float32 if size == 4 else np.uint16), dtype)
 
         shape = (3, 5, 7, 24) if layout == "nhwc" else (3, 24, 5, 7)
         x = read("x", dtype, p.elements).reshape(shape)
         dy = read("dy", dtype, p.elements).reshape(shape)
         gamma = read("gamma", dtype, p.C)
         mean, rstd = read("mean", "fp32", 12), read("rstd", "fp32", 12)
+        for got in (mean, rstd):  # values of the element type (exact in it), kept in fp32
+            np.testing.assert_array_equal(got, from_storage(to_storage(got, dtype), dtype))
         want_mean, want_rstd = groupnorm_fwd_stats(x, 4, 1e-5, layout)
-        np.testing.assert_allclose(mean, want_mean.reshape(-1), rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(rstd, want_rstd.reshape(-1), rtol=1e-6)
+        ulp = OUTPUT_EPS[dtype]  # rounded to nearest: within half a unit, plus fp32's rounding
+        np.testing.assert_allclose(mean, want_mean.reshape(-1), rtol=ulp, atol=1e-7)
+        np.testing.assert_allclose(rstd, want_rstd.reshape(-1), rtol=ulp)
         want = groupnorm_bwd(x, dy, gamma, mean, rstd, 4, layout)
         for name, value in zip(("dx", "dgamma", "dbeta"), want):
             got = read(name, "fp32", value.size)

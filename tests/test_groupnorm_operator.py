@@ -10,6 +10,7 @@ import ast
 import itertools
 import math
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -162,9 +163,18 @@ def test_tolerances_follow_each_outputs_reduction_length(dtype):
     lengths = {"dx": 3 * 45, "dgamma": 4 * 45, "dbeta": 4 * 45}
     for output, length in lengths.items():
         assert spec.reduction_length(p, output) == length
-        assert spec.tolerance(p, output) == tolerance_for(dtype, length)
+    for output in ("dgamma", "dbeta"):
+        assert spec.tolerance(p, output) == tolerance_for(dtype, lengths[output])
     assert spec.reduction_length(p) == lengths["dx"]
-    assert spec.tolerance(p) == tolerance_for(dtype, lengths["dx"])
+    # dx: a group's values less their components along 1 and xhat; |dx| ~ sqrt((M-2)/M) of
+    # the rounded terms, the limits widen by the inverse
+    for q in (p, gn(N=3, C=96, H=1, W=1, G=32, dtype=dtype)):
+        m, base = q.group_elements, tolerance_for(dtype, q.group_elements)
+        for limit in (spec.tolerance(q), spec.tolerance(q, "dx")):
+            assert limit.rel_l2 == pytest.approx(base.rel_l2 * math.sqrt(m / (m - 2)))
+            assert limit.rel_max == pytest.approx(base.rel_max * math.sqrt(m / (m - 2)))
+    assert spec.tolerance(gn(C=96, H=1, W=1, G=32), "dx").rel_l2 == pytest.approx(
+        tolerance_for("bf16", 3).rel_l2 * math.sqrt(3))
     big = gn(N=1, C=16, H=512, W=512, G=1, dtype=dtype)
     assert spec.tolerance(big, "dx").rel_l2 > spec.tolerance(p, "dx").rel_l2
 
@@ -394,11 +404,16 @@ def test_every_instance_compiles_with_nvrtc_for_sm_90():
         for compiler in made:
             compiler.close()
     failures = []
-    for (_, defines, names, entries), result in results:
+    for (source_file, defines, names, entries), result in results:
+        text = load_source(source_file)
+        kernels = result.resources.get("kernels") or {}  # where ptxas reported them
+        for entry in entries:
+            if not re.search(rf'extern "C" __global__[^;{{]*\b{entry}\(', text):
+                failures.append(f"{source_file} defines no entry {entry}")
+            if kernels and entry not in kernels:
+                failures.append(f"{names[0]}: no {entry} in {sorted(kernels)}")
         if not result.ok:
             failures.append(f"{names[0]} {defines}: {result.log[-1500:]}")
-        elif not entries <= set(result.resources.get("kernels", {})):
-            failures.append(f"{names[0]}: lacks {entries - set(result.resources['kernels'])}")
     assert not failures, "\n".join(failures[:10])
 
 

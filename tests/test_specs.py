@@ -73,7 +73,7 @@ def test_csv_rows_load_relative_to_the_spec_and_extra_columns_are_ignored(tmp_pa
 BAD = [
     ("not: [valid", "line 1", "not valid YAML"),
     ("- a list", "", "a spec is a YAML mapping"),
-    (base(operator="conv3d"), "operator", "Input should be"),
+    (base(operator="conv3d"), "operator", "unknown operator 'conv3d'; known: conv2d_bwd_data"),
     (base(dtype="int8"), "dtype", "Input should be"),
     (base(name=""), "name", "at least 1 character"),
     (base(problems=[]), "problems", "at least 1 item"),
@@ -85,7 +85,7 @@ BAD = [
     (base(problems=[{"csv": "missing.csv"}]), "problems[0].csv", "no such CSV file"),
     (base(problems=[{"generate": {**ROW, "X": 1}}]), "problems[0].generate.X", "unknown field"),
     (base(problems=[{"generate": {**ROW, "K": "Q"}}]), "problems[0].generate.K",
-     "neither a number nor an earlier field"),
+     "neither a value nor an earlier field"),
     (base(problems=[{"generate": {**ROW, "C": 9, "G": 2}}]), "problems[0].generate",
      "none of the 1 combinations"),
     (base(problems=[{"generate": {**ROW, "C": {"start": 1, "stop": 8}}}]),

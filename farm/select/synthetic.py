@@ -63,9 +63,12 @@ def network_shapes(operator: str, networks: Sequence[str] | None = None
     paths = sorted(folder.glob("*_n*.csv")) if folder else []
     if not paths:
         return []
-    table = pd.concat([pd.read_csv(p) for p in paths])
-    if networks is not None:
-        table = table[table["network"].isin(list(networks))]
+    tables = [pd.read_csv(p) for p in paths]
+    if networks is not None:  # only the tables that name their networks can be filtered
+        tables = [t[t["network"].isin(list(networks))] for t in tables if "network" in t]
+    if not tables:
+        return []
+    table = pd.concat(tables)
     columns = [f for f in spec.fields if f in table.columns]
     rows = table[columns].drop_duplicates()
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}

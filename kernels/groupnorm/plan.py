@@ -222,8 +222,9 @@ def reference_launches(p: GroupNormProblem) -> list[Launch]:
 
 def stats_launches(p: GroupNormProblem) -> list[Launch]:
     """The forward's statistics from x (reference.cu, groupnorm_fwd_stats): mean and rstd =
-    1 / sqrt(biased variance + EPS) per (n, g), in fp32, so the backward's inputs are those of
-    a real forward pass. A grid-stride loop over the groups, one block each."""
+    1 / sqrt(biased variance + EPS) per (n, g), rounded to the problem's element type as a
+    forward pass in that type saves them, held in fp32, so the backward's inputs are those of a
+    real forward pass. A grid-stride loop over the groups, one block each."""
     return [Launch("groupnorm_fwd_stats", (min(p.N * p.G, MAX_GRID_X), 1, 1),
                    (REFERENCE_STATS_BLOCK, 1, 1), ("x", "mean", "rstd", gn_params(p), EPS))]
 

@@ -1,6 +1,6 @@
 """The group-normalization backward shape record: x and dy are N x C x H x W in one layout
 (nhwc: channels last; nchw), normalized in G groups of C/G channels; the outputs are dx (like
-x), dgamma and dbeta (C each), from the forward's saved mean and rstd (N x G, fp32)."""
+x), dgamma and dbeta (C each), from the forward's saved mean and rstd (N x G, held in fp32)."""
 
 from __future__ import annotations
 

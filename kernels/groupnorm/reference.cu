@@ -7,7 +7,8 @@
 //                              the other two
 // Every entry is a grid-stride loop: any grid is right; see plan.reference_launches.
 // groupnorm_fwd_stats makes the backward's inputs consistent (plan.stats_launches): the
-// forward's mean and rstd of x, one block per (n, g), launched once x is filled.
+// forward's mean and rstd of x (in the element type's precision), one block per (n, g),
+// launched once x is filled.
 #include "gn_common.cuh"
 
 // Any block size up to REF_BLOCK threads (plan.reference_launches uses 64 for the per-group and
@@ -107,7 +108,9 @@ __device__ double ref_block_sum(double v, double* shared) {
 }
 
 // mean[n*G+g] = the group's mean of x, rstd[n*G+g] = 1 / sqrt(biased variance + eps), both
-// summed in fp64 (two passes: the mean, then the squared deviations from it), stored as fp32.
+// summed in fp64 (two passes: the mean, then the squared deviations from it), then rounded to
+// the element type, as a forward pass in that type saves them (PyTorch's does), and stored as
+// fp32: every implementation, the vendor's included, reads the same statistics.
 // Launch with REF_BLOCK threads per block; any number of blocks (a grid-stride loop over the
 // N * G groups).
 extern "C" __global__ void __launch_bounds__(REF_BLOCK)
@@ -134,9 +137,9 @@ groupnorm_fwd_stats(const elem_t* __restrict__ x, float* __restrict__ mean,
       squares += d * d;
     }
     const double var = ref_block_sum(squares, shared) / (double)count;
-    if (threadIdx.x == 0) {
-      mean[i] = (float)m;
-      rstd[i] = (float)(1.0 / sqrt(var + (double)eps));
+    if (threadIdx.x == 0) {  // rounded to the element type (a no-op for fp32), kept in fp32
+      mean[i] = to_float(from_float((float)m));
+      rstd[i] = to_float(from_float((float)(1.0 / sqrt(var + (double)eps))));
     }
   }
 }
