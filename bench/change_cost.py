@@ -109,7 +109,7 @@ def overhead(trees: dict[str, Path], rounds: int, folder: Path) -> dict:
         for result in results:
             for pair in result["figures"]["pairs"]:
                 key = f"{pair['series']} {pair['flush_method']} {pair['target_us']}us"
-                per.setdefault(key, []).append(pair["overhead"])
+                per.setdefault(key, []).append(pair["overhead_ratio"])
         summary[name] = {k: statistics.median(v) for k, v in per.items()}
     ratios = {k: summary["current"][k] / summary["baseline"][k] for k in summary["current"]
               if k in summary["baseline"]}

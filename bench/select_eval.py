@@ -189,6 +189,7 @@ def main() -> None:
     parser.add_argument("--timing-rows", type=int, default=0, metavar="ROWS")
     parser.add_argument("--no-resources", action="store_true")
     parser.add_argument("--seed-synthetic", type=int, default=0, metavar="PROBLEMS")
+    parser.add_argument("--name", default="select_eval", help="result file name")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -225,7 +226,7 @@ def main() -> None:
     if "recording" in figures:
         env = figures["recording"]["environment"]
         device["measured_on"] = f"{env['gpu_name']} ({env['arch']})"
-    print(f"wrote {write_result('select_eval', device, figures, args.out)}")
+    print(f"wrote {write_result(args.name, device, figures, args.out)}")
 
 
 if __name__ == "__main__":
