@@ -47,8 +47,9 @@ def network_rows(op: str, batch: int | None = None) -> list[dict]:
     pattern = f"*_n{batch}.csv" if batch else "*_n*.csv"
     rows = []
     for path in sorted(folder.glob(pattern)) if folder else []:
+        network = path.stem.rsplit("_n", 1)[0]  # a per-network table: <network>_n<N>.csv
         with path.open() as handle:
-            rows += [row for row in csv.DictReader(handle)]
+            rows += [{"network": network, **row} for row in csv.DictReader(handle)]
     return rows
 
 
