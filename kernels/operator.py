@@ -140,6 +140,10 @@ class OperatorSpec(abc.ABC):
         return {}
 
     # Vendor baseline -----------------------------------------------------------------------------
+    # What the vendor call runs, in words: its hash is the vendor instance's source hash, so a
+    # recording's vendor rows replay only while the call stays the same.
+    vendor_source: str = "vendor: the operator's PyTorch call (OperatorSpec.vendor_call)"
+
     def vendor_call(self, problem: Any, tensors: Mapping[str, Any]) -> VendorCall | None:
         """With 1-D PyTorch tensors over every tensor's memory by name (kernels/vendor.py makes
         them), the vendor library's call; None when this operator has no vendor baseline."""

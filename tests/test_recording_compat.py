@@ -15,7 +15,7 @@ from farm.replay import ReplayWorker
 from farm.select.data import load_dataset
 from farm.select.train import TrainConfig, train
 from farm.store import open_store
-from kernels.registry import families_for
+from kernels.registry import families_for, get_family
 
 BASELINE = json.loads((Path(__file__).parent / "data" / "recording_baseline.json").read_text())
 
@@ -66,3 +66,18 @@ def test_a_shipped_recording_replays_its_rows():
         problem = row_problem(row)
         [(_, result)] = list(worker.measure_problem(problem, [current[row["instance"]]]))
         assert result.status == "ok" and result.median_us == row["median_us"]
+
+
+@pytest.mark.parametrize("name", ["h100-standard.parquet", "h100-groupnorm.parquet"])
+def test_every_recorded_vendor_row_still_replays(name):
+    """The vendor instance of each operator keeps the source hash its rows were recorded with
+    (the hash of OperatorSpec.vendor_source), so the baseline replays beside the farm's rows."""
+    frame = read_recording(RECORDINGS_DIR / name).frame
+    vendor = frame[frame["family"] == "vendor"]
+    assert len(vendor)
+    current = {(i.operator, i.dtype): i for (op, dtype) in
+               vendor[["operator", "dtype"]].drop_duplicates().itertuples(index=False)
+               for i in get_family("vendor").instances(op, dtype)}
+    stale = vendor[[current[(r.operator, r.dtype)].source_hash != r.source_hash
+                    for r in vendor.itertuples()]]
+    assert stale.empty, f"{len(stale)} vendor rows would replay as not_recorded"

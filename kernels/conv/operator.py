@@ -74,6 +74,7 @@ class ConvOperator(OperatorSpec):
     reference_source = "conv/naive.cu"
     networks_dir = NETWORKS_DIR
     holdout_networks = ("efficientnet_b0", "resnext50_32x4d")
+    vendor_source = "vendor: torch.nn.functional.conv2d / aten.convolution_backward"
     generate_order = GENERATE_ORDER
     interactions = INTERACTIONS
 
