@@ -62,7 +62,7 @@ class KernelFamily(abc.ABC):
 
     name: str
     operators: tuple[str, ...]
-    source_file: str  # relative to kernels/
+    source_file: str  # under kernels/, an absolute path, or "package:path" (kernels/source.py)
     short: str  # a prefix for instance names
 
     @abc.abstractmethod

@@ -56,7 +56,7 @@ class VendorCall:
 class OperatorSpec(abc.ABC):
     name: str
     problem_type: type  # the shape record: a frozen dataclass deriving from farm.problems.Problem
-    reference_source: str  # relative to kernels/, compiled with FARM_REFERENCE (fp32 output)
+    reference_source: str  # named as KernelFamily.source_file; built with FARM_REFERENCE (fp32 out)
     networks_dir: Path | None = None  # CSV problem sets of real networks (column `network`)
     # The networks a selection model is scored on and never trained on, by default; with none
     # of them among the measured problems, a hash of the shape holds out a share instead.
