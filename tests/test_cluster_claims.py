@@ -120,7 +120,9 @@ def test_two_coordinators_share_jobs_and_never_measure_the_same_pair(db_url, tmp
     jobs = [submit(store, data, tmp_path),
             submit(store, {**data, "problems": [{"generate": {**MEDIUM, "N": [2]}}]}, tmp_path),
             submit(store, data, tmp_path)]
-    coordinators = [Coordinator(store, config(rec, replay_actors=2, replay_pace_s=0.01))
+    # Paced so that a coordinator's first claim (16 of the first job's 24 problems) lasts
+    # seconds: the other one, however slow its actors are to start, claims the rest.
+    coordinators = [Coordinator(store, config(rec, replay_actors=2, replay_pace_s=0.1))
                     for _ in range(2)]
     runs = [in_thread(c, until_idle=True) for c in coordinators]
     for thread, _ in runs:
