@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from kernels.family import KernelFamily
     from kernels.operator import OperatorSpec
 
-OPERATOR_PACKAGES: tuple[str, ...] = ("kernels.conv", "kernels.groupnorm", "kernels.vendor")
+OPERATOR_PACKAGES: tuple[str, ...] = ("kernels.conv", "kernels.groupnorm", "kernels.dwsep",
+                                     "kernels.vendor")
 ENTRY_POINT_GROUPS = ("kernel_farm.operators", "kernel_farm.families")
 _FAMILIES: dict[str, KernelFamily] = {}
 _OPERATORS: dict[str, OperatorSpec] = {}

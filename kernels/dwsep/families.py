@@ -1,0 +1,59 @@
+"""dwsep_chunked: the fused depthwise-separable convolution on CUDA cores (chunked.cu); its
+configuration space, applicability and launch geometry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernels.dwsep.operator import dwsep_params, tensor_args
+from kernels.dwsep.problem import DWSEP_OPERATORS, DwsepProblem
+from kernels.family import Instance, KernelFamily, Launch
+from kernels.registry import register
+
+MAX_GRID_Y = 65535
+
+
+class DwsepChunked(KernelFamily):
+    """Config fields: tile_p (output pixels per block), tile_k (output channels per block),
+    chunk (depthwise channels per step); threads = tile_p * tile_k / 16."""
+
+    name = "dwsep_chunked"
+    short = "chunked"
+    operators = DWSEP_OPERATORS
+    source_file = "dwsep/chunked.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        out = []
+        for tile_p in (32, 64, 128):
+            for tile_k in (16, 32, 64, 128):
+                threads = tile_p * tile_k // 16
+                if not 64 <= threads <= 512:
+                    continue
+                for chunk in (8, 16, 32):
+                    if 4 * chunk * (tile_p + tile_k + 2) <= 48 * 1024:  # static shared memory
+                        out.append({"tile_p": tile_p, "tile_k": tile_k, "chunk": chunk})
+        return out
+
+    def applicable(self, instance: Instance, problem: DwsepProblem) -> str | None:
+        if problem.op not in self.operators:
+            return f"{self.name} computes {', '.join(self.operators)}, not {problem.op}"
+        if instance.dtype == "fp32":
+            return "dwsep_fwd is measured in bf16 and fp16"
+        tiles_k = -(-problem.K // instance.settings["tile_k"])
+        if tiles_k > MAX_GRID_Y:
+            return f"K={problem.K} needs {tiles_k} channel tiles, above {MAX_GRID_Y}"
+        pixels = problem.N * problem.P * problem.Q
+        if -(-pixels // instance.settings["tile_p"]) >= 2**31:
+            return f"{pixels} output pixels need more blocks than a grid holds"
+        return None
+
+    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
+        c = instance.settings
+        pixels = problem.N * problem.P * problem.Q
+        grid = (-(-pixels // c["tile_p"]), -(-problem.K // c["tile_k"]), 1)
+        return [Launch("dwsep_chunked", grid, (c["tile_p"] * c["tile_k"] // 16, 1, 1),
+                       (*tensor_args(problem), dwsep_params(problem)))]
+
+
+FAMILY = register(DwsepChunked())
+__all__ = ["DwsepChunked", "FAMILY"]

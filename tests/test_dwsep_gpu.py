@@ -1,0 +1,59 @@
+"""dwsep_fwd on a real GPU through the farm's measuring path: every dwsep_chunked instance and
+the vendor pair (PyTorch) verified against the GPU reference on the edge shapes, in bf16 and
+fp16. A wrong or crashing instance fails, as does a vendor row that is not ok. Skipped where
+there is no GPU."""
+
+from collections import Counter
+
+import pytest
+
+from farm.gpu import list_devices
+from farm.timing import TimingPolicy
+from kernels.registry import get_family, operator_spec
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
+
+OP = "dwsep_fwd"
+VERIFY_ONLY = TimingPolicy(warmup=0, min_repeats=1, max_repeats=1, flush_l2=False, timeout_s=30)
+EDGES = [  # shape fields beyond the defaults
+    dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
+    dict(N=1, C=32, H=1, W=1, K=64, R=3, S=3, pad=1),  # 1x1 map
+    dict(N=2, C=24, H=15, W=13, K=40, R=3, S=3, stride=2, pad=1),  # stride 2, odd sizes
+    dict(N=1, C=16, H=14, W=14, K=24, R=5, S=5, pad=2, multiplier=2, activation="relu6"),
+    dict(N=3, C=48, H=7, W=7, K=160, R=7, S=7, pad=3, activation="silu", pw_bias=1),
+    dict(N=1, C=2048, H=10, W=10, K=2048, R=3, S=3, pad=1, activation="relu", pw_bias=1),
+    dict(N=2, C=728, H=19, W=19, K=728, R=3, S=3, pad=1),  # Xception's middle flow
+]
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from farm.worker import GpuWorker
+    return GpuWorker()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_instance_and_the_vendor_are_right_on_the_edges(worker, dtype):
+    spec = operator_spec(OP)
+    families = [get_family(name) for name in ("dwsep_chunked", "vendor")]
+    instances = [i for f in families for i in f.instances(OP, dtype)]
+    failures, statuses, worst = [], Counter(), {}
+    for fields in EDGES:
+        problem = spec.problem(dtype, fields)
+        served = Counter()
+        for instance, result in worker.measure_problem(problem, instances, VERIFY_ONLY):
+            statuses[instance.family, result.status] += 1
+            if result.status == "ok":
+                served[instance.family] += 1
+                previous = worst.get(instance.family, (0.0, ""))
+                if (result.verify_error or 0.0) > previous[0]:
+                    worst[instance.family] = (result.verify_error, problem.label())
+            elif result.status != "unsupported" or instance.family == "vendor":
+                failures.append(f"{instance.name} on {problem.label()}: {result.status} "
+                                f"{result.message}")
+        for family in ("dwsep_chunked", "vendor"):
+            if not served[family]:
+                failures.append(f"no {family} instance serves {problem.label()} {dtype}")
+    print(dtype, dict(statuses), "worst relative L2 error:", worst)
+    assert not failures, "\n".join(failures[:40])
