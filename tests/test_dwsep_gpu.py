@@ -1,7 +1,7 @@
-"""dwsep_fwd on a real GPU through the farm's measuring path: every dwsep_chunked instance and
-the vendor pair (PyTorch) verified against the GPU reference on the edge shapes, in bf16 and
-fp16. A wrong or crashing instance fails, as does a vendor row that is not ok. Skipped where
-there is no GPU."""
+"""dwsep_fwd on a real GPU through the farm's measuring path: every dwsep_chunked and dwsep_mma
+instance and the vendor pair (PyTorch) verified against the GPU reference on the edge shapes,
+in bf16 and fp16. A wrong or crashing instance fails, as does a vendor row that is not ok.
+Skipped where there is no GPU."""
 
 from collections import Counter
 
@@ -36,7 +36,7 @@ def worker():
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_every_instance_and_the_vendor_are_right_on_the_edges(worker, dtype):
     spec = operator_spec(OP)
-    families = [get_family(name) for name in ("dwsep_chunked", "vendor")]
+    families = [get_family(name) for name in ("dwsep_chunked", "dwsep_mma", "vendor")]
     instances = [i for f in families for i in f.instances(OP, dtype)]
     failures, statuses, worst = [], Counter(), {}
     for fields in EDGES:
@@ -52,7 +52,7 @@ def test_every_instance_and_the_vendor_are_right_on_the_edges(worker, dtype):
             elif result.status != "unsupported" or instance.family == "vendor":
                 failures.append(f"{instance.name} on {problem.label()}: {result.status} "
                                 f"{result.message}")
-        for family in ("dwsep_chunked", "vendor"):
+        for family in ("dwsep_chunked", "dwsep_mma", "vendor"):
             if not served[family]:
                 failures.append(f"no {family} instance serves {problem.label()} {dtype}")
     print(dtype, dict(statuses), "worst relative L2 error:", worst)

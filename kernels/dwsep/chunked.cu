@@ -33,10 +33,10 @@ dwsep_chunked(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
     for (int e = 0; e < FARM_TN; ++e) acc[i][e] = 0.0f;
 
   for (int j0 = 0; j0 < p.MC; j0 += CHUNK) {
-    // The chunk's activated depthwise values: one (channel, pixel) per step, pixels fastest
-    // (neighbouring threads read neighbouring input pixels of one channel).
+    // The chunk's activated depthwise values: one (channel, pixel) per step, channels fastest
+    // (a warp reads neighbouring channels of one input pixel: coalesced in channels-last).
     for (int e = tid; e < CHUNK * TILE_P; e += FARM_THREADS) {
-      const int jj = e / TILE_P, pp = e % TILE_P;
+      const int jj = e % CHUNK, pp = e / CHUNK;
       const int j = j0 + jj;
       const long pix = pix0 + pp;
       float a = 0.0f;

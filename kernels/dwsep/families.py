@@ -1,5 +1,6 @@
-"""dwsep_chunked: the fused depthwise-separable convolution on CUDA cores (chunked.cu); its
-configuration space, applicability and launch geometry."""
+"""The dwsep_fwd families: dwsep_chunked (CUDA cores, chunked.cu) and dwsep_mma (the pointwise
+stage on tensor cores, mma.cu); their configuration spaces, applicability and launch
+geometry."""
 
 from __future__ import annotations
 
@@ -55,5 +56,32 @@ class DwsepChunked(KernelFamily):
                        (*tensor_args(problem), dwsep_params(problem)))]
 
 
+class DwsepMma(DwsepChunked):
+    """Config fields: tile_p (output pixels per block), tile_k (output channels per block),
+    kc (depthwise channels per step); warps of 32 x 32 outputs, (tile_p / 32) x (tile_k / 32)
+    of them. NVIDIA only (mma.sync); bf16 and fp16."""
+
+    name = "dwsep_mma"
+    short = "mma"
+    source_file = "dwsep/mma.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return [{"tile_p": tile_p, "tile_k": tile_k, "kc": kc}
+                for tile_p in (32, 64, 128) for tile_k in (32, 64, 128) for kc in (32, 64)
+                if 2 <= (tile_p // 32) * (tile_k // 32) <= 16]
+
+    def instances(self, operator: str, dtype: str) -> list[Instance]:
+        return [] if dtype == "fp32" else super().instances(operator, dtype)
+
+    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
+        c = instance.settings
+        pixels = problem.N * problem.P * problem.Q
+        grid = (-(-pixels // c["tile_p"]), -(-problem.K // c["tile_k"]), 1)
+        threads = 32 * (c["tile_p"] // 32) * (c["tile_k"] // 32)
+        return [Launch("dwsep_mma", grid, (threads, 1, 1),
+                       (*tensor_args(problem), dwsep_params(problem)))]
+
+
 FAMILY = register(DwsepChunked())
-__all__ = ["DwsepChunked", "FAMILY"]
+MMA_FAMILY = register(DwsepMma())
+__all__ = ["DwsepChunked", "DwsepMma", "FAMILY", "MMA_FAMILY"]

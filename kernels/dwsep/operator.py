@@ -133,8 +133,10 @@ class DwsepForward(OperatorSpec):
 
     def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:
         tile_p, tile_k = config.get("tile_p", float("nan")), config.get("tile_k", float("nan"))
-        return {"threads": tile_p * tile_k / 16, "tile_m": tile_p, "tile_n": tile_k,
-                "tile_k": config.get("chunk", float("nan")), "split": 1}
+        mma = "kc" in config  # dwsep_mma: a warp per 32 x 32 outputs
+        return {"threads": tile_p * tile_k / (32 if mma else 16), "tile_m": tile_p,
+                "tile_n": tile_k, "tile_k": config.get("kc", config.get("chunk", float("nan"))),
+                "split": 1}
 
     def synthetic_us(self, p: DwsepProblem, instance: Any) -> float:
         """A toy bound for SYNTHETIC data: traffic at 2.5 TB/s, CUDA-core FMAs at 30 TFLOP/s
