@@ -1,5 +1,5 @@
-"""dwsep_fwd on a real GPU through the farm's measuring path: every dwsep_chunked and dwsep_mma
-instance and the vendor pair (PyTorch) verified against the GPU reference on the edge shapes,
+"""dwsep_fwd on a real GPU through the farm's measuring path: every instance of the dwsep
+families and the vendor pair (PyTorch) verified against the GPU reference on the edge shapes,
 in bf16 and fp16. A wrong or crashing instance fails, as does a vendor row that is not ok.
 Skipped where there is no GPU."""
 
@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
 
 OP = "dwsep_fwd"
+FAMILIES = ("dwsep_chunked", "dwsep_mma", "dwsep_tile", "vendor")
 VERIFY_ONLY = TimingPolicy(warmup=0, min_repeats=1, max_repeats=1, flush_l2=False, timeout_s=30)
 EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
@@ -36,7 +37,7 @@ def worker():
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_every_instance_and_the_vendor_are_right_on_the_edges(worker, dtype):
     spec = operator_spec(OP)
-    families = [get_family(name) for name in ("dwsep_chunked", "dwsep_mma", "vendor")]
+    families = [get_family(name) for name in FAMILIES]
     instances = [i for f in families for i in f.instances(OP, dtype)]
     failures, statuses, worst = [], Counter(), {}
     for fields in EDGES:
@@ -52,7 +53,7 @@ def test_every_instance_and_the_vendor_are_right_on_the_edges(worker, dtype):
             elif result.status != "unsupported" or instance.family == "vendor":
                 failures.append(f"{instance.name} on {problem.label()}: {result.status} "
                                 f"{result.message}")
-        for family in ("dwsep_chunked", "dwsep_mma", "vendor"):
+        for family in FAMILIES:
             if not served[family]:
                 failures.append(f"no {family} instance serves {problem.label()} {dtype}")
     print(dtype, dict(statuses), "worst relative L2 error:", worst)

@@ -82,6 +82,68 @@ class DwsepMma(DwsepChunked):
                        (*tensor_args(problem), dwsep_params(problem)))]
 
 
+RS_MAX = 49  # dwsep_tile's filter buffer: up to 7x7
+SMEM_LIMIT = 48 * 1024  # static shared memory of one block
+
+
+def tile_halo(tile_h: int, tile_w: int) -> int:
+    """Halo elements per channel a dwsep_tile block holds: enough for stride 2 and 7x7."""
+    return ((tile_h - 1) * 2 + 7) * ((tile_w - 1) * 2 + 7)
+
+
+class DwsepTile(DwsepMma):
+    """Config fields: tile_h x tile_w (an output tile of one image), tile_k (output channels
+    per block), kc (depthwise channels per step); the input halo and the filters of a step in
+    shared memory. NVIDIA only (mma.sync); bf16 and fp16."""
+
+    name = "dwsep_tile"
+    short = "tile"
+    source_file = "dwsep/tile.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        out = []
+        for tile_h, tile_w in ((4, 8), (8, 8), (8, 16), (16, 8)):
+            for tile_k in (32, 64, 128):
+                for kc in (16, 32):
+                    warps = (tile_h * tile_w // 32) * (tile_k // 32)
+                    smem = (2 * (tile_h * tile_w + tile_k) * (kc + 8)
+                            + 2 * tile_halo(tile_h, tile_w) * kc + 4 * kc * RS_MAX)
+                    if 2 <= warps <= 16 and smem <= SMEM_LIMIT:
+                        out.append({"tile_h": tile_h, "tile_w": tile_w, "tile_k": tile_k,
+                                    "kc": kc})
+        return out
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        c = instance.settings
+        return {**super().defines(instance), "HALO": tile_halo(c["tile_h"], c["tile_w"]),
+                "RS_MAX": RS_MAX}
+
+    def applicable(self, instance: Instance, problem: DwsepProblem) -> str | None:
+        c = instance.settings
+        if problem.op not in self.operators:
+            return f"{self.name} computes {', '.join(self.operators)}, not {problem.op}"
+        if problem.R * problem.S > RS_MAX:
+            return f"a {problem.R}x{problem.S} filter has more than {RS_MAX} taps"
+        if (problem.R > 7 or problem.S > 7) or problem.stride > 2:
+            return "the halo holds filters up to 7x7 at stride 1 or 2"
+        if c["kc"] % problem.multiplier:
+            return f"kc={c['kc']} is not a multiple of the multiplier {problem.multiplier}"
+        tiles = (-(-problem.P // c["tile_h"])) * (-(-problem.Q // c["tile_w"])) * problem.N
+        if tiles >= 2**31:
+            return f"{tiles} output tiles need more blocks than a grid holds"
+        if -(-problem.K // c["tile_k"]) > MAX_GRID_Y:
+            return f"K={problem.K} needs more than {MAX_GRID_Y} channel tiles"
+        return None
+
+    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
+        c = instance.settings
+        tiles = (-(-problem.P // c["tile_h"])) * (-(-problem.Q // c["tile_w"])) * problem.N
+        threads = 32 * (c["tile_h"] * c["tile_w"] // 32) * (c["tile_k"] // 32)
+        return [Launch("dwsep_tile", (tiles, -(-problem.K // c["tile_k"]), 1), (threads, 1, 1),
+                       (*tensor_args(problem), dwsep_params(problem)))]
+
+
 FAMILY = register(DwsepChunked())
 MMA_FAMILY = register(DwsepMma())
-__all__ = ["DwsepChunked", "DwsepMma", "FAMILY", "MMA_FAMILY"]
+TILE_FAMILY = register(DwsepTile())
+__all__ = ["DwsepChunked", "DwsepMma", "DwsepTile", "FAMILY", "MMA_FAMILY", "TILE_FAMILY"]

@@ -132,7 +132,9 @@ class DwsepForward(OperatorSpec):
         return f"stride {p.stride}" + (" x2" if p.multiplier == 2 else "")
 
     def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:
-        tile_p, tile_k = config.get("tile_p", float("nan")), config.get("tile_k", float("nan"))
+        tile_p = config.get("tile_p", config.get("tile_h", float("nan")) * config.get(
+            "tile_w", float("nan")))
+        tile_k = config.get("tile_k", float("nan"))
         mma = "kc" in config  # dwsep_mma: a warp per 32 x 32 outputs
         return {"threads": tile_p * tile_k / (32 if mma else 16), "tile_m": tile_p,
                 "tile_n": tile_k, "tile_k": config.get("kc", config.get("chunk", float("nan"))),
