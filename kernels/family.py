@@ -106,8 +106,12 @@ class KernelFamily(abc.ABC):
         parts = [f"{k}{int(v) if isinstance(v, bool) else v}" for k, v in config.items()]
         return "_".join([self.short, operator.removeprefix("conv2d_"), dtype, *parts])
 
+    def hashed_source(self, operator: str) -> str:
+        """The text whose hash identifies `operator`'s instances' code (default: the source)."""
+        return self.source()
+
     def instances(self, operator: str, dtype: str) -> list[Instance]:
-        digest = source_hash(self.source())
+        digest = source_hash(self.hashed_source(operator))
         return [Instance(family=self.name, operator=operator, dtype=dtype,
                          config=tuple(config.items()),
                          name=self.instance_name(operator, dtype, config), source_hash=digest)

@@ -12,7 +12,6 @@ from typing import Any
 from kernels.family import Instance, KernelFamily, Launch
 from kernels.operator import OperatorSpec, VendorCall
 from kernels.registry import operator_spec, operators, register
-from kernels.source import source_hash
 
 _TYPESTR_OF = {"bf16": "<i2", "fp16": "<f2", "fp32": "<f4"}
 
@@ -84,13 +83,9 @@ class VendorFamily(KernelFamily):
     def source(self) -> str:
         return "vendor: each operator's PyTorch call (OperatorSpec.vendor_call)"
 
-    def instances(self, operator: str, dtype: str) -> list[Instance]:
-        """One instance, whose source hash is that of the operator's vendor_source."""
-        digest = source_hash(operator_spec(operator).vendor_source)
-        return [Instance(family=self.name, operator=operator, dtype=dtype,
-                         config=tuple(config.items()),
-                         name=self.instance_name(operator, dtype, config), source_hash=digest)
-                for config in self.configs(operator)]
+    def hashed_source(self, operator: str) -> str:
+        """The operator's vendor_source: a vendor row replays while the call stays the same."""
+        return operator_spec(operator).vendor_source
 
     def launches(self, instance: Instance, problem: Any) -> list[Launch]:
         raise TypeError("the vendor family calls a library; it has no launches")

@@ -68,7 +68,7 @@ def test_splits_keep_problems_and_held_out_networks_apart(fwd):
     frame = fwd.data.frame
     assert frame.groupby("problem")["split"].nunique().max() == 1
     assert set(frame["split"]) == {"train", "validation", "holdout"}
-    members = network_membership()
+    members = network_membership("conv2d_fwd")
     for shape, split in frame.groupby(list(CONV_FIELDS))["split"].first().items():
         held = bool(members.get(shape, set()) & set(DEFAULT_HOLDOUT))
         assert held == (split == "holdout"), shape
@@ -243,7 +243,7 @@ def test_leave_networks_out_pools_held_out_networks(fwd):
 
     assert set(DEFAULT_HOLDOUT) <= set(networks_of(fwd.data))
     found = leave_networks_out(fwd.data, folds=[("resnet50",), ("mobilenet_v2",)])
-    members = network_membership()
+    members = network_membership("conv2d_fwd")
     frame = found["frame"]
     for fold, part in frame.groupby("fold"):  # each fold held out exactly its network's shapes
         shapes = set(part[list(CONV_FIELDS)].itertuples(index=False, name=None))

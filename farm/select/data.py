@@ -69,7 +69,7 @@ def networks_dir(operator: str, config: SplitConfig = SplitConfig()) -> Path | N
     return config.networks_dir or operator_spec(operator).networks_dir
 
 
-def network_membership(operator: str = "conv2d_fwd", folder: Path | None = None
+def network_membership(operator: str, folder: Path | None = None
                        ) -> dict[tuple[int, ...], set[str]]:
     """Geometry -> the networks it occurs in, from the operator's network tables (CSV files with
     a `network` column; a field the table leaves out takes its default)."""

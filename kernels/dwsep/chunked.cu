@@ -37,29 +37,7 @@ dwsep_chunked(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
     // (a warp reads neighbouring channels of one input pixel: coalesced in channels-last).
     for (int e = tid; e < CHUNK * TILE_P; e += FARM_THREADS) {
       const int jj = e % CHUNK, pp = e / CHUNK;
-      const int j = j0 + jj;
-      const long pix = pix0 + pp;
-      float a = 0.0f;
-      if (j < p.MC && pix < pixels) {
-        const int q = (int)(pix % p.Q);
-        const long rest = pix / p.Q;
-        const int oh = (int)(rest % p.P), n = (int)(rest / p.P);
-        const int c = j / p.M;
-        float d = 0.0f;
-        for (int r = 0; r < p.R; ++r) {
-          const int h = oh * p.stride - p.pad + r;
-          if (h < 0 || h >= p.H) continue;
-          const elem_t* row = x + ((long)n * p.H + h) * p.W * p.C + c;
-          const elem_t* wr = w_dw + ((long)j * p.R + r) * p.S;
-          for (int s = 0; s < p.S; ++s) {
-            const int w = q * p.stride - p.pad + s;
-            if (w < 0 || w >= p.W) continue;
-            d += to_float(row[(long)w * p.C]) * to_float(wr[s]);
-          }
-        }
-        a = dwsep_activate(d * to_float(scale[j]) + to_float(shift[j]), p.activation);
-      }
-      as[jj][pp] = a;
+      as[jj][pp] = dwsep_value(x, w_dw, scale, shift, p, pix0 + pp, j0 + jj);
     }
     for (int e = tid; e < CHUNK * TILE_K; e += FARM_THREADS) {
       const int kk = e / CHUNK, jj = e % CHUNK;  // the weight's rows are along j

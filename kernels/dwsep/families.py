@@ -1,6 +1,6 @@
-"""The dwsep_fwd families: dwsep_chunked (CUDA cores, chunked.cu) and dwsep_mma (the pointwise
-stage on tensor cores, mma.cu); their configuration spaces, applicability and launch
-geometry."""
+"""The dwsep_fwd families: dwsep_chunked (CUDA cores, chunked.cu), dwsep_mma (the pointwise
+stage on tensor cores, mma.cu) and dwsep_tile (a spatial output tile with its input halo in
+shared memory, tile.cu); their configuration spaces, applicability and launch geometry."""
 
 from __future__ import annotations
 
@@ -11,16 +11,54 @@ from kernels.dwsep.problem import DWSEP_OPERATORS, DwsepProblem
 from kernels.family import Instance, KernelFamily, Launch
 from kernels.registry import register
 
-MAX_GRID_Y = 65535
+MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
 
 
-class DwsepChunked(KernelFamily):
+class DwsepFamily(KernelFamily):
+    """What the dwsep families share: one launch of the kernel named after the family, over a
+    grid of pixel tiles (x) by output-channel tiles (y); the grid's limits and the operator
+    are checked here, a family's own rules in `refuses`."""
+
+    operators = DWSEP_OPERATORS
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        """(pixel tiles, channel tiles): consecutive pixels by default."""
+        return -(-p.N * p.P * p.Q // c["tile_p"]), -(-p.K // c["tile_k"])
+
+    def threads(self, c: dict[str, Any]) -> int:
+        """Warps of 32 x 32 outputs (the tensor-core families)."""
+        return 32 * (c["tile_p"] // 32) * (c["tile_k"] // 32)
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        return None
+
+    def applicable(self, instance: Instance, problem: DwsepProblem) -> str | None:
+        if problem.op not in self.operators:
+            return f"{self.name} computes {', '.join(self.operators)}, not {problem.op}"
+        if instance.dtype == "fp32":
+            return "dwsep_fwd is measured in bf16 and fp16"
+        why = self.refuses(instance, problem)
+        if why:
+            return why
+        tiles, tiles_k = self.grid(instance.settings, problem)
+        if tiles_k > MAX_GRID_Y:
+            return f"K={problem.K} needs {tiles_k} channel tiles, above {MAX_GRID_Y}"
+        if tiles > MAX_GRID_X:
+            return f"{tiles} output tiles need more blocks than a grid holds"
+        return None
+
+    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
+        c = instance.settings
+        return [Launch(self.name, (*self.grid(c, problem), 1), (self.threads(c), 1, 1),
+                       (*tensor_args(problem), dwsep_params(problem)))]
+
+
+class DwsepChunked(DwsepFamily):
     """Config fields: tile_p (output pixels per block), tile_k (output channels per block),
     chunk (depthwise channels per step); threads = tile_p * tile_k / 16."""
 
     name = "dwsep_chunked"
     short = "chunked"
-    operators = DWSEP_OPERATORS
     source_file = "dwsep/chunked.cu"
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
@@ -35,28 +73,11 @@ class DwsepChunked(KernelFamily):
                         out.append({"tile_p": tile_p, "tile_k": tile_k, "chunk": chunk})
         return out
 
-    def applicable(self, instance: Instance, problem: DwsepProblem) -> str | None:
-        if problem.op not in self.operators:
-            return f"{self.name} computes {', '.join(self.operators)}, not {problem.op}"
-        if instance.dtype == "fp32":
-            return "dwsep_fwd is measured in bf16 and fp16"
-        tiles_k = -(-problem.K // instance.settings["tile_k"])
-        if tiles_k > MAX_GRID_Y:
-            return f"K={problem.K} needs {tiles_k} channel tiles, above {MAX_GRID_Y}"
-        pixels = problem.N * problem.P * problem.Q
-        if -(-pixels // instance.settings["tile_p"]) >= 2**31:
-            return f"{pixels} output pixels need more blocks than a grid holds"
-        return None
-
-    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
-        c = instance.settings
-        pixels = problem.N * problem.P * problem.Q
-        grid = (-(-pixels // c["tile_p"]), -(-problem.K // c["tile_k"]), 1)
-        return [Launch("dwsep_chunked", grid, (c["tile_p"] * c["tile_k"] // 16, 1, 1),
-                       (*tensor_args(problem), dwsep_params(problem)))]
+    def threads(self, c: dict[str, Any]) -> int:
+        return c["tile_p"] * c["tile_k"] // 16  # 4 x 4 outputs each
 
 
-class DwsepMma(DwsepChunked):
+class DwsepMma(DwsepFamily):
     """Config fields: tile_p (output pixels per block), tile_k (output channels per block),
     kc (depthwise channels per step); warps of 32 x 32 outputs, (tile_p / 32) x (tile_k / 32)
     of them. NVIDIA only (mma.sync); bf16 and fp16."""
@@ -72,14 +93,6 @@ class DwsepMma(DwsepChunked):
 
     def instances(self, operator: str, dtype: str) -> list[Instance]:
         return [] if dtype == "fp32" else super().instances(operator, dtype)
-
-    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
-        c = instance.settings
-        pixels = problem.N * problem.P * problem.Q
-        grid = (-(-pixels // c["tile_p"]), -(-problem.K // c["tile_k"]), 1)
-        threads = 32 * (c["tile_p"] // 32) * (c["tile_k"] // 32)
-        return [Launch("dwsep_mma", grid, (threads, 1, 1),
-                       (*tensor_args(problem), dwsep_params(problem)))]
 
 
 RS_MAX = 49  # dwsep_tile's filter buffer: up to 7x7
@@ -118,29 +131,22 @@ class DwsepTile(DwsepMma):
         return {**super().defines(instance), "HALO": tile_halo(c["tile_h"], c["tile_w"]),
                 "RS_MAX": RS_MAX}
 
-    def applicable(self, instance: Instance, problem: DwsepProblem) -> str | None:
-        c = instance.settings
-        if problem.op not in self.operators:
-            return f"{self.name} computes {', '.join(self.operators)}, not {problem.op}"
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        """(output tiles of every image, channel tiles)."""
+        return (-(-p.P // c["tile_h"])) * (-(-p.Q // c["tile_w"])) * p.N, -(-p.K // c["tile_k"])
+
+    def threads(self, c: dict[str, Any]) -> int:
+        return 32 * (c["tile_h"] * c["tile_w"] // 32) * (c["tile_k"] // 32)
+
+    def refuses(self, instance: Instance, problem: DwsepProblem) -> str | None:
         if problem.R * problem.S > RS_MAX:
             return f"a {problem.R}x{problem.S} filter has more than {RS_MAX} taps"
         if (problem.R > 7 or problem.S > 7) or problem.stride > 2:
             return "the halo holds filters up to 7x7 at stride 1 or 2"
-        if c["kc"] % problem.multiplier:
-            return f"kc={c['kc']} is not a multiple of the multiplier {problem.multiplier}"
-        tiles = (-(-problem.P // c["tile_h"])) * (-(-problem.Q // c["tile_w"])) * problem.N
-        if tiles >= 2**31:
-            return f"{tiles} output tiles need more blocks than a grid holds"
-        if -(-problem.K // c["tile_k"]) > MAX_GRID_Y:
-            return f"K={problem.K} needs more than {MAX_GRID_Y} channel tiles"
+        if instance.settings["kc"] % problem.multiplier:
+            return (f"kc={instance.settings['kc']} is not a multiple of the multiplier "
+                    f"{problem.multiplier}")
         return None
-
-    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
-        c = instance.settings
-        tiles = (-(-problem.P // c["tile_h"])) * (-(-problem.Q // c["tile_w"])) * problem.N
-        threads = 32 * (c["tile_h"] * c["tile_w"] // 32) * (c["tile_k"] // 32)
-        return [Launch("dwsep_tile", (tiles, -(-problem.K // c["tile_k"]), 1), (threads, 1, 1),
-                       (*tensor_args(problem), dwsep_params(problem)))]
 
 
 FAMILY = register(DwsepChunked())

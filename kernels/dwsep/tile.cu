@@ -11,29 +11,12 @@
 // NVIDIA only. Macros: TILE_H, TILE_W (TILE_H * TILE_W a multiple of 32), TILE_K (a multiple
 // of 32), KC (a multiple of 16), HALO (the halo's elements per channel, at most), RS_MAX
 // (the filter's taps, at most).
-#include "dwsep_common.cuh"
-#ifdef FARM_HIP
-#error "dwsep_tile uses NVIDIA's mma.sync: it has no AMD build"
-#endif
-
 #define TILE_P (TILE_H * TILE_W)
 #define WARP_ROWS (TILE_P / 32)
 #define WARP_COLS (TILE_K / 32)
 #define THREADS (32 * WARP_ROWS * WARP_COLS)
 #define STRIDE (KC + 8)  // u16 per row of A and B: rows 16 bytes apart in banks
-
-__device__ __forceinline__ u32 pair_at(const u16* p) { return *reinterpret_cast<const u32*>(p); }
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-#if FARM_DTYPE == 2
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#else
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#endif
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+#include "dwsep_mma.cuh"
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 dwsep_tile(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
@@ -46,7 +29,6 @@ dwsep_tile(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   __shared__ float filt[KC * RS_MAX];                // the chunk's depthwise filters
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wr = warp / WARP_COLS, wc = warp % WARP_COLS;
-  const int group = lane >> 2, tig = lane & 3;
   const int tiles_w = (p.Q + TILE_W - 1) / TILE_W, tiles_h = (p.P + TILE_H - 1) / TILE_H;
   const int n = blockIdx.x / (tiles_h * tiles_w);
   const int t = blockIdx.x % (tiles_h * tiles_w);
@@ -56,13 +38,8 @@ dwsep_tile(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   const int RS = p.R * p.S;
   const int k0 = blockIdx.y * TILE_K;
   const int cin = KC / p.M;  // input channels a chunk reads (M divides KC)
-  float acc[2][4][4];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  WarpAcc acc;
+  acc.clear();
 
   for (int j0 = 0; j0 < p.MC; j0 += KC) {
     const int c0 = j0 / p.M;
@@ -76,11 +53,7 @@ dwsep_tile(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       const int j = j0 + e / RS;
       filt[e] = j < p.MC ? to_float(w_dw[(long)j0 * RS + e]) : 0.0f;
     }
-    for (int e = tid; e < KC * TILE_K; e += THREADS) {
-      const int kk = e / KC, jj = e % KC;
-      const int k = k0 + kk, j = j0 + jj;
-      bs[kk * STRIDE + jj] = (k < p.K && j < p.MC) ? w_pw[(long)k * p.MC + j] : (u16)0;
-    }
+    load_pointwise(bs, w_pw, p, k0, j0, TILE_K, tid, THREADS);
     __syncthreads();
     for (int e = tid; e < KC * TILE_P; e += THREADS) {  // A, channels fastest
       const int jj = e % KC, pp = e / KC;
@@ -98,43 +71,11 @@ dwsep_tile(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       as[pp * STRIDE + jj] = from_float(a);
     }
     __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < KC; kk += 16) {
-      u32 a[2][4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const u16* base = as + (wr * 32 + i * 16 + group) * STRIDE + kk + 2 * tig;
-        a[i][0] = pair_at(base);
-        a[i][1] = pair_at(base + 8 * STRIDE);
-        a[i][2] = pair_at(base + 8);
-        a[i][3] = pair_at(base + 8 * STRIDE + 8);
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const u16* base = bs + (wc * 32 + j * 8 + group) * STRIDE + kk + 2 * tig;
-        const u32 b0 = pair_at(base), b1 = pair_at(base + 8);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) mma16816(acc[i][j], a[i], b0, b1);
-      }
-    }
+    warp_chunk(acc, as, bs, wr, wc, lane);
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int pp = wr * 32 + i * 16 + group + 8 * half;
-      const int oh = oh0 + pp / TILE_W, ow = ow0 + pp % TILE_W;
-      if (oh >= p.P || ow >= p.Q) continue;
-      const long pix = ((long)n * p.P + oh) * p.Q + ow;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int k = k0 + wc * 32 + j * 8 + 2 * tig + e;
-          if (k >= p.K) continue;
-          const float bias = p.pw_bias ? to_float(b_pw[k]) : 0.0f;
-          y[pix * p.K + k] = from_float(acc[i][j][2 * half + e] + bias);
-        }
-    }
+  store_outputs(acc, y, b_pw, p, k0, wr, wc, lane, [&](int row) {
+    const int oh = oh0 + row / TILE_W, ow = ow0 + row % TILE_W;
+    return oh < p.P && ow < p.Q ? ((long)n * p.P + oh) * p.Q + ow : -1L;
+  });
 }
