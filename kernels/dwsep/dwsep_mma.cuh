@@ -10,6 +10,8 @@
 
 __device__ __forceinline__ u32 pair_at(const u16* p) { return *reinterpret_cast<const u32*>(p); }
 
+// The same instruction as conv/igemm.cu's mma16816; that source keeps its own copy, since its
+// hash identifies the shipped recordings' rows and a shared header would change it.
 __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 #if FARM_DTYPE == 2
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
