@@ -56,8 +56,13 @@ def test_three_nodes_two_coordinators_a_dead_node_and_a_stopped_coordinator(pg_u
         _wait(lambda: rows() >= 30, 240, "the first rows", coordinators)
         assert len(set(store.running_claims())) == 2  # both coordinators hold problems
         ids = nodes.node_ids()
-        hosts = {w.node for w in store.workers()}  # where the replay actors run
+        workers = store.workers()
+        hosts = {w.node for w in workers}  # where the replay actors run
         [victim, *_] = [n for n in ("w2", "w1") if ids[n] in hosts]  # a node with actors
+        # the coordinator that keeps running is one with actors on that node, so that it is
+        # there to restart them whenever Ray reports the node dead
+        owners = {int(w.coordinator.split(":")[1]) for w in workers if w.node == ids[victim]}
+        coordinators.sort(key=lambda proc: proc.pid in owners)  # an owner last: `other`
         nodes.kill_node(victim)
         after_kill = rows()
         _wait(lambda: rows() >= after_kill + 30, 240, "progress after the node died",
