@@ -15,10 +15,12 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
 
 OP = "dwsep_fwd"
-FAMILIES = ("dwsep_chunked", "dwsep_mma", "dwsep_tile", "vendor")
+FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "vendor")
 VERIFY_ONLY = TimingPolicy(warmup=0, min_repeats=1, max_repeats=1, flush_l2=False, timeout_s=30)
 EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
+    dict(N=1, C=15, H=8, W=8, K=9, R=3, S=3, stride=2, pad=1),  # odd C and K
+    dict(N=1, C=7, H=5, W=5, K=5, R=3, S=3, pad=1, multiplier=2),  # odd C, multiplier 2
     dict(N=1, C=32, H=1, W=1, K=64, R=3, S=3, pad=1),  # 1x1 map
     dict(N=2, C=24, H=15, W=13, K=40, R=3, S=3, stride=2, pad=1),  # stride 2, odd sizes
     dict(N=1, C=16, H=14, W=14, K=24, R=5, S=5, pad=2, multiplier=2, activation="relu6"),

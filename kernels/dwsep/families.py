@@ -1,6 +1,7 @@
-"""The dwsep_fwd families: dwsep_chunked (CUDA cores, chunked.cu), dwsep_mma (the pointwise
-stage on tensor cores, mma.cu) and dwsep_tile (a spatial output tile with its input halo in
-shared memory, tile.cu); their configuration spaces, applicability and launch geometry."""
+"""The dwsep_fwd families: dwsep_chunked (CUDA cores, any GPU, chunked.cu), and on tensor
+cores dwsep_resident (the depthwise tile of every channel resident in shared memory,
+resident.cu) and dwsep_stream (channels streamed in chunks, stream.cu); their configuration
+spaces, applicability and launch geometry."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ class DwsepFamily(KernelFamily):
 
     operators = DWSEP_OPERATORS
 
-    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
-        """(pixel tiles, channel tiles): consecutive pixels by default."""
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, ...]:
+        """(pixel tiles, channel tiles[, z]): consecutive pixels by default."""
         return -(-p.N * p.P * p.Q // c["tile_p"]), -(-p.K // c["tile_k"])
 
     def threads(self, c: dict[str, Any]) -> int:
@@ -40,7 +41,7 @@ class DwsepFamily(KernelFamily):
         why = self.refuses(instance, problem)
         if why:
             return why
-        tiles, tiles_k = self.grid(instance.settings, problem)
+        tiles, tiles_k = self.grid(instance.settings, problem)[:2]
         if tiles_k > MAX_GRID_Y:
             return f"K={problem.K} needs {tiles_k} channel tiles, above {MAX_GRID_Y}"
         if tiles > MAX_GRID_X:
@@ -49,7 +50,7 @@ class DwsepFamily(KernelFamily):
 
     def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
         c = instance.settings
-        return [Launch(self.name, (*self.grid(c, problem), 1), (self.threads(c), 1, 1),
+        return [Launch(self.name, (*self.grid(c, problem), 1, 1)[:3], (self.threads(c), 1, 1),
                        (*tensor_args(problem), dwsep_params(problem)))]
 
 
@@ -77,79 +78,124 @@ class DwsepChunked(DwsepFamily):
         return c["tile_p"] * c["tile_k"] // 16  # 4 x 4 outputs each
 
 
-class DwsepMma(DwsepFamily):
-    """Config fields: tile_p (output pixels per block), tile_k (output channels per block),
-    kc (depthwise channels per step); warps of 32 x 32 outputs, (tile_p / 32) x (tile_k / 32)
-    of them. NVIDIA only (mma.sync); bf16 and fp16."""
+SMEM_OPT_IN = 227 * 1024  # dynamic shared memory one block may opt into on sm_90
 
-    name = "dwsep_mma"
-    short = "mma"
-    source_file = "dwsep/mma.cu"
 
-    def configs(self, operator: str) -> list[dict[str, Any]]:
-        return [{"tile_p": tile_p, "tile_k": tile_k, "kc": kc}
-                for tile_p in (32, 64, 128) for tile_k in (32, 64, 128) for kc in (32, 64)
-                if 2 <= (tile_p // 32) * (tile_k // 32) <= 16]
+class DwsepTensorCore(DwsepFamily):
+    """What the tensor-core families share (dwsep_tc.cuh): warps_m x warps_n warps tile a
+    block's tile_p pixels by tile_n output channels; the pointwise weight arrives in chunks of
+    kc channels through `stages` cp.async stages. NVIDIA only (mma.sync); bf16 and fp16."""
 
     def instances(self, operator: str, dtype: str) -> list[Instance]:
         return [] if dtype == "fp32" else super().instances(operator, dtype)
 
-
-RS_MAX = 49  # dwsep_tile's filter buffer: up to 7x7
-SMEM_LIMIT = 48 * 1024  # static shared memory of one block
-
-
-def tile_halo(tile_h: int, tile_w: int) -> int:
-    """Halo elements per channel a dwsep_tile block holds: enough for stride 2 and 7x7."""
-    return ((tile_h - 1) * 2 + 7) * ((tile_w - 1) * 2 + 7)
-
-
-class DwsepTile(DwsepMma):
-    """Config fields: tile_h x tile_w (an output tile of one image), tile_k (output channels
-    per block), kc (depthwise channels per step); the input halo and the filters of a step in
-    shared memory. NVIDIA only (mma.sync); bf16 and fp16."""
-
-    name = "dwsep_tile"
-    short = "tile"
-    source_file = "dwsep/tile.cu"
-
-    def configs(self, operator: str) -> list[dict[str, Any]]:
+    @staticmethod
+    def warp_layouts() -> list[dict[str, int]]:
+        """Block tiles and their warps: each warp 16 or 32 pixels by 16 to 64 channels."""
         out = []
-        for tile_h, tile_w in ((4, 8), (8, 8), (8, 16), (16, 8)):
-            for tile_k in (32, 64, 128):
-                for kc in (16, 32):
-                    warps = (tile_h * tile_w // 32) * (tile_k // 32)
-                    smem = (2 * (tile_h * tile_w + tile_k) * (kc + 8)
-                            + 2 * tile_halo(tile_h, tile_w) * kc + 4 * kc * RS_MAX)
-                    if 2 <= warps <= 16 and smem <= SMEM_LIMIT:
-                        out.append({"tile_h": tile_h, "tile_w": tile_w, "tile_k": tile_k,
-                                    "kc": kc})
+        for tile_p, tile_n, warps_m, warps_n in (
+                (16, 64, 1, 4), (16, 128, 1, 4), (32, 64, 2, 2), (32, 128, 2, 4),
+                (64, 64, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4), (128, 128, 4, 2)):
+            out.append({"tile_p": tile_p, "tile_n": tile_n, "warps_m": warps_m,
+                        "warps_n": warps_n})
         return out
 
-    def defines(self, instance: Instance) -> dict[str, int | str]:
-        c = instance.settings
-        return {**super().defines(instance), "HALO": tile_halo(c["tile_h"], c["tile_w"]),
-                "RS_MAX": RS_MAX}
+    def threads(self, c: dict[str, Any]) -> int:
+        return 32 * c["warps_m"] * c["warps_n"]
 
     def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
-        """(output tiles of every image, channel tiles)."""
-        return (-(-p.P // c["tile_h"])) * (-(-p.Q // c["tile_w"])) * p.N, -(-p.K // c["tile_k"])
+        return -(-p.N * p.P * p.Q // c["tile_p"]), -(-p.K // c["tile_n"])
 
-    def threads(self, c: dict[str, Any]) -> int:
-        return 32 * (c["tile_h"] * c["tile_w"] // 32) * (c["tile_k"] // 32)
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        return 2 * c["stages"] * c["tile_n"] * (c["kc"] + 8)
 
-    def refuses(self, instance: Instance, problem: DwsepProblem) -> str | None:
-        if problem.R * problem.S > RS_MAX:
-            return f"a {problem.R}x{problem.S} filter has more than {RS_MAX} taps"
-        if (problem.R > 7 or problem.S > 7) or problem.stride > 2:
-            return "the halo holds filters up to 7x7 at stride 1 or 2"
-        if instance.settings["kc"] % problem.multiplier:
-            return (f"kc={instance.settings['kc']} is not a multiple of the multiplier "
-                    f"{problem.multiplier}")
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        need = self.shared_bytes(instance.settings, p)
+        if need > SMEM_OPT_IN:
+            return f"needs {need} bytes of shared memory for MC={p.MC}, above {SMEM_OPT_IN}"
         return None
+
+    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
+        c = instance.settings
+        return [Launch(self.name, (*self.grid(c, problem), 1, 1)[:3], (self.threads(c), 1, 1),
+                       (*tensor_args(problem), dwsep_params(problem)),
+                       shared_bytes=self.shared_bytes(c, problem))]
+
+
+class DwsepResident(DwsepTensorCore):
+    """Strategy 1: the depthwise output of a block's tile_p pixels for every channel stays in
+    shared memory while the block runs the pointwise GEMM over its output-channel tiles
+    (tile_n each); k_blocks blocks share a pixel tile's output channels (the depthwise is
+    computed once per block). Config fields: tile_p, tile_n, warps_m, warps_n, kc, stages,
+    k_blocks."""
+
+    name = "dwsep_resident"
+    short = "resident"
+    source_file = "dwsep/resident.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return [{**layout, "kc": kc, "stages": 3, "k_blocks": k_blocks}
+                for layout in self.warp_layouts() if layout["tile_p"] <= 64
+                for kc in (32, 64) for k_blocks in (1, 2, 4, 16)]
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        """k_blocks shapes the grid only: instances differing in it share a code object."""
+        values = super().defines(instance)
+        values.pop("K_BLOCKS")
+        return values
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        tiles, tiles_k = super().grid(c, p)
+        return tiles, min(tiles_k, c["k_blocks"])
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        width = -(-p.MC // 64) * 64
+        return 2 * c["tile_p"] * (width + 8) + super().shared_bytes(c, p)
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        if c["k_blocks"] > 1 and -(-p.K // c["tile_n"]) < c["k_blocks"]:
+            return (f"K={p.K} has fewer than k_blocks={c['k_blocks']} tiles of {c['tile_n']}: "
+                    "the instance with fewer k_blocks launches the same grid")
+        return super().refuses(instance, p)
+
+
+class DwsepStream(DwsepTensorCore):
+    """Strategy 2: the M*C depthwise channels streamed in chunks of kc, the pointwise partial
+    sums in registers; shared memory independent of C, for wide C. With c_split > 1 a cluster
+    of c_split blocks divides the chunks and adds up its partial sums in shared memory (sm_90
+    clusters): more blocks where pixels and output channels alone give few. Config fields:
+    tile_p, tile_n, warps_m, warps_n, kc, stages, c_split."""
+
+    name = "dwsep_stream"
+    short = "stream"
+    source_file = "dwsep/stream.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return [{**layout, "kc": kc, "stages": 3, "c_split": c_split}
+                for layout in self.warp_layouts() for kc in (32, 64)
+                for c_split in (1, 2, 4, 8)]
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int, int]:
+        return (*super().grid(c, p), c["c_split"])
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        pipeline = 2 * 2 * c["tile_p"] * (c["kc"] + 8) + super().shared_bytes(c, p)
+        partial_sums = 4 * c["tile_p"] * (c["tile_n"] + 4) if c["c_split"] > 1 else 0
+        return max(pipeline, partial_sums)
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        chunks = -(-p.MC // c["kc"])
+        if c["c_split"] > 1 and (c["c_split"] - 1) * -(-chunks // c["c_split"]) >= chunks:
+            return (f"MC={p.MC} has {chunks} chunks of {c['kc']}: c_split={c['c_split']} "
+                    "leaves a block without one")
+        return super().refuses(instance, p)
+
 
 
 FAMILY = register(DwsepChunked())
-MMA_FAMILY = register(DwsepMma())
-TILE_FAMILY = register(DwsepTile())
-__all__ = ["DwsepChunked", "DwsepMma", "DwsepTile", "FAMILY", "MMA_FAMILY", "TILE_FAMILY"]
+RESIDENT_FAMILY = register(DwsepResident())
+STREAM_FAMILY = register(DwsepStream())
+__all__ = ["DwsepChunked", "DwsepResident", "DwsepStream", "FAMILY", "RESIDENT_FAMILY",
+           "STREAM_FAMILY"]

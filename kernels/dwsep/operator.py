@@ -36,13 +36,14 @@ INTERACTIONS = (
     ("fill_p", "(pixels - (tiles_p - 1) * tile_m) / tile_m"),
     ("tiles_k", "cdiv(K, tile_n)"),
     ("fill_k", "(K - (tiles_k - 1) * tile_n) / tile_n"),
-    ("blocks", "tiles_p * tiles_k"),
+    ("blocks_k", "vmin(tiles_k, split)"),
+    ("blocks", "tiles_p * blocks_k"),
     ("waves", "blocks / (sm_count * occupancy)"),
     ("last_wave", "waves - cdiv(waves, 1) + 1"),
-    ("depthwise_repeats", "tiles_k"),
+    ("depthwise_repeats", "blocks_k"),
     ("chunks", "cdiv(MC, tile_k)"),
     ("padded_flops", "2 * tiles_p * tile_m * tiles_k * tile_n * chunks * tile_k"),
-    ("dw_flops", "2 * tiles_k * pixels * MC * R * S"),
+    ("dw_flops", "2 * blocks_k * pixels * MC * R * S"),
     ("core_us", "(padded_flops + dw_flops) / (peak_tflops * 1e6 / 16)"),
     ("bound_us", "vmax(core_us, bytes / (bandwidth_gbps * 1e3))"),
     ("bound_ratio", "bound_us / roofline_us"),
@@ -132,19 +133,26 @@ class DwsepForward(OperatorSpec):
         return f"stride {p.stride}" + (" x2" if p.multiplier == 2 else "")
 
     def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:
-        tile_p = config.get("tile_p", config.get("tile_h", float("nan")) * config.get(
-            "tile_w", float("nan")))
-        tile_k = config.get("tile_k", float("nan"))
-        mma = "kc" in config  # dwsep_mma: a warp per 32 x 32 outputs
-        return {"threads": tile_p * tile_k / (32 if mma else 16), "tile_m": tile_p,
-                "tile_n": tile_k, "tile_k": config.get("kc", config.get("chunk", float("nan"))),
-                "split": 1}
+        """tile_m pixels by tile_n output channels per block, tile_k channels per step; split:
+        the blocks sharing a pixel tile's output channels (dwsep_resident's k_blocks; one
+        per channel tile otherwise)."""
+        nan = float("nan")
+        tile_m = float(config.get("tile_p", nan))
+        tile_n = float(config.get("tile_n", config.get("tile_k", nan)))
+        if "warps_m" in config:  # the tensor-core families
+            threads = 32.0 * config["warps_m"] * config["warps_n"]
+        else:
+            threads = tile_m * tile_n / 16
+        return {"threads": threads, "tile_m": tile_m, "tile_n": tile_n,
+                "tile_k": float(config.get("kc", config.get("chunk", nan))),
+                "split": float(config.get("k_blocks", 65536))}
 
     def synthetic_us(self, p: DwsepProblem, instance: Any) -> float:
         """A toy bound for SYNTHETIC data: traffic at 2.5 TB/s, CUDA-core FMAs at 30 TFLOP/s
         with the depthwise repeated per K tile, plus launch latency."""
         c = instance.settings
-        tiles_k = -(-p.K // c.get("tile_k", p.K))
+        tiles_k = -(-p.K // c.get("tile_n", c.get("tile_k", p.K)))
+        tiles_k = min(tiles_k, c.get("k_blocks", tiles_k))
         work = 2 * p.N * p.P * p.Q * p.MC * (p.R * p.S * tiles_k + p.K)
         return max(p.min_bytes / 2.5e9, work / 30e6) + 5.0
 

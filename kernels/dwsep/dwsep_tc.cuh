@@ -1,0 +1,380 @@
+// The parts the tensor-core dwsep_fwd families share (resident.cu, stream.cu):
+//  - the depthwise stage on CUDA cores: activated depthwise values of a block's pixels for a
+//    span of channels, two channels per thread (32-bit loads along channels, coalesced in
+//    channels-last memory), written as 16-bit pairs into a shared-memory A tile [pixel][channel];
+//    3x3 and 5x5 filters are held in registers, other sizes are read from the cache;
+//  - the pointwise weight's chunks, copied into shared memory by cp.async (16 bytes, zero-fill);
+//  - a warp's MI x NJ mma.sync m16n8k16 tiles over one chunk, fragments read by ldmatrix;
+//  - the epilogue: bias added, y written in the element type.
+// NVIDIA only; 16-bit element types. The including source defines TILE_P, TILE_N, WARPS_M,
+// WARPS_N and KC (a multiple of 16).
+#pragma once
+#include "dwsep_common.cuh"
+#ifdef FARM_HIP
+#error "the dwsep tensor-core families use NVIDIA's mma.sync, ldmatrix and cp.async"
+#endif
+
+#define WARPS (WARPS_M * WARPS_N)
+#define THREADS (32 * WARPS)
+#define WM (TILE_P / WARPS_M)  // a warp's rows (pixels)
+#define WN (TILE_N / WARPS_N)  // a warp's columns (output channels)
+#define MI (WM / 16)
+#define NJ (WN / 8)
+#define B_STRIDE (KC + 8)  // u16 per row of a B stage: ldmatrix rows in distinct banks
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+  return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const u16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if FARM_DTYPE == 2
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#endif
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 pack_pair(float lo, float hi) {
+  return (u32)from_float(lo) | ((u32)from_float(hi) << 16);
+}
+
+__device__ __forceinline__ void unpack_pair(u32 v, float& lo, float& hi) {
+  lo = to_float((u16)(v & 0xffffu));
+  hi = to_float((u16)(v >> 16));
+}
+
+// How a thread reads the two input channels of depthwise channels (j, j + 1), the same for
+// the whole problem: one 32-bit load when M = 1 and C is even, one 16-bit load shared by both
+// when M = 2, two 16-bit loads otherwise.
+enum PairRead { PAIR_U32 = 0, PAIR_SHARED = 1, PAIR_TWO = 2 };
+
+__device__ __forceinline__ int pair_read(const DwsepParams& p) {
+  return (p.M == 1 && p.C % 2 == 0) ? PAIR_U32 : (p.M == 2 ? PAIR_SHARED : PAIR_TWO);
+}
+
+__device__ __forceinline__ void load_pair(const elem_t* __restrict__ px, int mode, int c0,
+                                          int c1, float& v0, float& v1) {
+  if (mode == PAIR_U32) {
+    unpack_pair(__ldg(reinterpret_cast<const unsigned int*>(px + c0)), v0, v1);
+  } else if (mode == PAIR_SHARED) {
+    v0 = v1 = to_float(__ldg(px + c0));
+  } else {
+    v0 = to_float(__ldg(px + c0));
+    v1 = c1 >= 0 ? to_float(__ldg(px + c1)) : 0.0f;
+  }
+}
+
+// Depthwise sums of channels (j, j + 1) at output pixel (n, oh, ow). RR x SS taps known at
+// compile time with the filters f0, f1 in registers, or RR = 0: p.R x p.S taps read from w_dw.
+template <int RR, int SS>
+__device__ __forceinline__ void depthwise_pair(const elem_t* __restrict__ x,
+                                               const elem_t* __restrict__ w_dw,
+                                               const DwsepParams& p, int mode, int n, int oh,
+                                               int ow, int j, int c0, int c1, const float* f0,
+                                               const float* f1, float& d0, float& d1) {
+  const int ih0 = oh * p.stride - p.pad, iw0 = ow * p.stride - p.pad;
+  const elem_t* xn = x + (long)n * p.H * p.W * p.C;
+  d0 = d1 = 0.0f;
+  if (RR > 0) {
+#pragma unroll
+    for (int r = 0; r < RR; ++r) {
+      const int h = ih0 + r;
+      if ((unsigned)h >= (unsigned)p.H) continue;
+#pragma unroll
+      for (int s = 0; s < SS; ++s) {
+        const int w = iw0 + s;
+        if ((unsigned)w >= (unsigned)p.W) continue;
+        float v0, v1;
+        load_pair(xn + ((long)h * p.W + w) * p.C, mode, c0, c1, v0, v1);
+        d0 = fmaf(v0, f0[r * SS + s], d0);
+        d1 = fmaf(v1, f1[r * SS + s], d1);
+      }
+    }
+  } else {
+    const int rs = p.R * p.S;
+    const elem_t* g0 = w_dw + (long)j * rs;
+    for (int r = 0; r < p.R; ++r) {
+      const int h = ih0 + r;
+      if ((unsigned)h >= (unsigned)p.H) continue;
+      for (int s = 0; s < p.S; ++s) {
+        const int w = iw0 + s;
+        if ((unsigned)w >= (unsigned)p.W) continue;
+        float v0, v1;
+        load_pair(xn + ((long)h * p.W + w) * p.C, mode, c0, c1, v0, v1);
+        const int t = r * p.S + s;
+        d0 = fmaf(v0, to_float(__ldg(g0 + t)), d0);
+        d1 = fmaf(v1, c1 >= 0 ? to_float(__ldg(g0 + rs + t)) : 0.0f, d1);
+      }
+    }
+  }
+}
+
+// Activated depthwise values of the block's TILE_P pixels (pixel_at(row) gives n, oh, ow, or
+// false past the output) for channels [j0, j0 + span), into as[row * as_stride + j - j0] as
+// 16-bit pairs; zeros past MC or the output. span is even; a warp covers 2 * CP channels of
+// 32 / CP pixels per step.
+template <int RR, int SS, int CP, typename PixelAt>
+__device__ __forceinline__ void fill_depthwise_taps(u16* as, int as_stride, int j0, int span,
+                                                    const elem_t* __restrict__ x,
+                                                    const elem_t* __restrict__ w_dw,
+                                                    const elem_t* __restrict__ scale,
+                                                    const elem_t* __restrict__ shift,
+                                                    const DwsepParams& p, PixelAt pixel_at) {
+  constexpr int PL = 32 / CP;  // pixels a warp covers per step
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cpl = lane % CP, pl = lane / CP;
+  const int mode = pair_read(p);
+  constexpr int TAPS = RR > 0 ? RR * SS : 1;
+  for (int jj = 2 * cpl; jj < span; jj += 2 * CP) {
+    const int j = j0 + jj;
+    const bool live0 = j < p.MC, live1 = j + 1 < p.MC;
+    const int c0 = live0 ? j / p.M : 0, c1 = live1 ? (j + 1) / p.M : -1;
+    float f0[TAPS], f1[TAPS];
+    if (RR > 0) {
+#pragma unroll
+      for (int t = 0; t < TAPS; ++t) {
+        f0[t] = live0 ? to_float(__ldg(w_dw + (long)j * TAPS + t)) : 0.0f;
+        f1[t] = live1 ? to_float(__ldg(w_dw + (long)(j + 1) * TAPS + t)) : 0.0f;
+      }
+    }
+    const float sc0 = live0 ? to_float(scale[j]) : 0.0f, sh0 = live0 ? to_float(shift[j]) : 0.0f;
+    const float sc1 = live1 ? to_float(scale[j + 1]) : 0.0f;
+    const float sh1 = live1 ? to_float(shift[j + 1]) : 0.0f;
+    // Every row of the thread unrolled: their loads are in flight together.
+    constexpr int ROWS = (TILE_P + WARPS * PL - 1) / (WARPS * PL);
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      const int row = warp * PL + pl + i * WARPS * PL;
+      if (TILE_P % (WARPS * PL) != 0 && row >= TILE_P) break;
+      int n, oh, ow;
+      u32 packed = 0u;
+      if (live0 && pixel_at(row, n, oh, ow)) {
+        float d0, d1;
+        depthwise_pair<RR, SS>(x, w_dw, p, mode, n, oh, ow, j, c0, c1, f0, f1, d0, d1);
+        const float a0 = dwsep_activate(d0 * sc0 + sh0, p.activation);
+        const float a1 = live1 ? dwsep_activate(d1 * sc1 + sh1, p.activation) : 0.0f;
+        packed = pack_pair(a0, a1);
+      }
+      *reinterpret_cast<u32*>(as + row * as_stride + jj) = packed;
+    }
+  }
+}
+
+template <int CP, typename PixelAt>
+__device__ __forceinline__ void fill_depthwise(u16* as, int as_stride, int j0, int span,
+                                               const elem_t* __restrict__ x,
+                                               const elem_t* __restrict__ w_dw,
+                                               const elem_t* __restrict__ scale,
+                                               const elem_t* __restrict__ shift,
+                                               const DwsepParams& p, PixelAt pixel_at) {
+  if (p.R == 3 && p.S == 3)
+    fill_depthwise_taps<3, 3, CP>(as, as_stride, j0, span, x, w_dw, scale, shift, p, pixel_at);
+  else if (p.R == 5 && p.S == 5)
+    fill_depthwise_taps<5, 5, CP>(as, as_stride, j0, span, x, w_dw, scale, shift, p, pixel_at);
+  else
+    fill_depthwise_taps<0, 0, CP>(as, as_stride, j0, span, x, w_dw, scale, shift, p, pixel_at);
+}
+
+// The pointwise weight's rows [k0, k0 + TILE_N), channels [j0, j0 + KC) into a B stage
+// [row][channel]: 16-byte cp.async when MC is a multiple of 8, plain loads otherwise; zeros
+// past K and MC.
+__device__ __forceinline__ void load_pointwise(u16* bs, const elem_t* __restrict__ w_pw,
+                                               const DwsepParams& p, int k0, int j0) {
+  if (p.MC % 8 == 0) {
+    for (int e = threadIdx.x; e < TILE_N * (KC / 8); e += THREADS) {
+      const int row = e / (KC / 8), seg = e % (KC / 8);
+      const int k = k0 + row, j = j0 + seg * 8;
+      const bool valid = k < p.K && j < p.MC;
+      cp_async16(bs + row * B_STRIDE + seg * 8, valid ? w_pw + (long)k * p.MC + j : w_pw, valid);
+    }
+  } else {
+    for (int e = threadIdx.x; e < TILE_N * KC; e += THREADS) {
+      const int row = e / KC, jj = e % KC;
+      const int k = k0 + row, j = j0 + jj;
+      bs[row * B_STRIDE + jj] = (k < p.K && j < p.MC) ? w_pw[(long)k * p.MC + j] : (u16)0;
+    }
+  }
+}
+
+// A warp's accumulators: MI x NJ tiles of m16n8.
+struct WarpAcc {
+  float c[MI][NJ][4];
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[i][j][e] = 0.0f;
+  }
+};
+
+// The warp's (wm, wn) outputs over KC channels: A rows at as (as_stride u16 apart, the chunk's
+// first channel at column 0), B stage bs.
+__device__ __forceinline__ void warp_chunk(WarpAcc& acc, const u16* as, int as_stride,
+                                           const u16* bs, int wm, int wn) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int ks = 0; ks < KC; ks += 16) {
+    u32 a[MI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+      ldmatrix_x4(a[i], as + (wm * WM + i * 16 + (lane & 15)) * as_stride + ks + (lane >> 4) * 8);
+#pragma unroll
+    for (int j = 0; j < NJ; j += 2) {
+      u32 b[4];
+      ldmatrix_x4(b, bs + (wn * WN + j * 8 + (lane & 7) + ((lane >> 4) << 3)) * B_STRIDE + ks +
+                         ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        mma16816(acc.c[i][j], a[i], b[0], b[1]);
+        mma16816(acc.c[i][j + 1], a[i], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// y for the warp's outputs of output channels from k0, bias added; pixel_of(row) gives the
+// output pixel (n, p, q flattened) or -1 past the output.
+template <typename PixelOf>
+__device__ __forceinline__ void store_outputs(const WarpAcc& acc, elem_t* __restrict__ y,
+                                              const elem_t* __restrict__ b_pw,
+                                              const DwsepParams& p, int k0, int wm, int wn,
+                                              PixelOf pixel_of) {
+  const int lane = threadIdx.x & 31, group = lane >> 2, tig = lane & 3;
+  const bool pairs = p.K % 2 == 0;
+  float bias[NJ][2];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int k = k0 + wn * WN + j * 8 + 2 * tig + e;
+      bias[j][e] = (p.pw_bias && k < p.K) ? to_float(b_pw[k]) : 0.0f;
+    }
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const long pix = pixel_of(wm * WM + i * 16 + group + 8 * half);
+      if (pix < 0) continue;
+      elem_t* row = y + pix * p.K;
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const int k = k0 + wn * WN + j * 8 + 2 * tig;
+        const float v0 = acc.c[i][j][2 * half] + bias[j][0];
+        const float v1 = acc.c[i][j][2 * half + 1] + bias[j][1];
+        if (pairs && k + 1 < p.K) {
+          *reinterpret_cast<u32*>(row + k) = pack_pair(v0, v1);
+        } else {
+          if (k < p.K) row[k] = from_float(v0);
+          if (k + 1 < p.K) row[k + 1] = from_float(v1);
+        }
+      }
+    }
+}
+
+// Output pixel `pix` (n, p, q flattened) as n, oh, ow; false past the output.
+__device__ __forceinline__ bool split_pixel(const DwsepParams& p, long pix, int& n, int& oh,
+                                            int& ow) {
+  if (pix >= (long)p.N * p.P * p.Q) return false;
+  ow = (int)(pix % p.Q);
+  const long rest = pix / p.Q;
+  oh = (int)(rest % p.P);
+  n = (int)(rest / p.P);
+  return true;
+}
+
+// Thread-block clusters (sm_90): this block's rank, a barrier over the cluster's blocks (its
+// release/acquire orders shared-memory writes before the other blocks' reads) and a read of
+// four floats from the shared memory of the cluster's block `rank`.
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+               ::: "memory");
+}
+
+__device__ __forceinline__ float4 cluster_load4(const float* local, u32 rank) {
+  u32 remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote)
+               : "r"(smem_u32(local)), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+  return v;
+}
+
+// The partial sums of the SPLIT blocks of a cluster (each over its share of the channels)
+// added up: each block puts its accumulators in red [TILE_P][TILE_N + 4] floats of its own
+// shared memory, then block `rank` adds up rows rank, rank + SPLIT, ... over the cluster and
+// writes them to y (pixel_of as in store_outputs), bias added.
+template <int SPLIT, typename PixelOf>
+__device__ __forceinline__ void cluster_reduce_store(const WarpAcc& acc, float* red,
+                                                     elem_t* __restrict__ y,
+                                                     const elem_t* __restrict__ b_pw,
+                                                     const DwsepParams& p, int k0, int wm,
+                                                     int wn, PixelOf pixel_of) {
+  constexpr int RS = TILE_N + 4;
+  const int lane = threadIdx.x & 31, group = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const int row = wm * WM + i * 16 + group + 8 * half, col = wn * WN + j * 8 + 2 * tig;
+        *reinterpret_cast<float2*>(red + row * RS + col) =
+            make_float2(acc.c[i][j][2 * half], acc.c[i][j][2 * half + 1]);
+      }
+  cluster_sync();
+  const u32 rank = cluster_rank();
+  const bool quads = p.K % 4 == 0;
+  for (int e = threadIdx.x; e < (TILE_P / SPLIT) * (TILE_N / 4); e += THREADS) {
+    const int row = (e / (TILE_N / 4)) * SPLIT + (int)rank, col = (e % (TILE_N / 4)) * 4;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int r = 0; r < SPLIT; ++r) {
+      const float4 v = cluster_load4(red + row * RS + col, (u32)r);
+      sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+    }
+    const long pix = pixel_of(row);
+    const int k = k0 + col;
+    if (pix < 0 || k >= p.K) continue;
+    float v[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+      if (p.pw_bias && k + t < p.K) v[t] += to_float(b_pw[k + t]);
+    elem_t* out = y + pix * p.K + k;
+    if (quads) {
+      *reinterpret_cast<uint2*>(out) = make_uint2(pack_pair(v[0], v[1]), pack_pair(v[2], v[3]));
+    } else {
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        if (k + t < p.K) out[t] = from_float(v[t]);
+    }
+  }
+  cluster_sync();  // the other blocks have read this block's partial sums
+}

@@ -1,0 +1,76 @@
+// dwsep_stream: the fused depthwise-separable convolution forward for wide channel counts,
+// the M*C depthwise channels streamed in chunks of KC and the pointwise partial sums kept in
+// registers (NVIDIA mma.sync m16n8k16, fp32 accumulation).
+//
+// A block owns TILE_P consecutive output pixels (n, p, q flattened) and TILE_N output
+// channels (blockIdx.y). For each chunk it computes the activated depthwise values of its
+// pixels (CUDA cores, fp32) into one of two A buffers [pixel][channel], 16-bit, while the
+// pointwise weight arrives through STAGES shared-memory stages (cp.async), then its warps
+// multiply. Shared memory does not grow with C; the depthwise is computed again by each of
+// the ceil(K / TILE_N) blocks of a pixel tile. The intermediate never leaves the chip.
+//
+// With C_SPLIT > 1 a cluster of C_SPLIT blocks along z shares one output tile, each block
+// taking an equal run of the chunks; their partial sums meet in shared memory across the
+// cluster (sm_90), and each block writes a share of the tile: more blocks for small grids.
+//
+// Dynamic shared memory: the larger of 2 * TILE_P * (KC + 8) + STAGES * TILE_N * (KC + 8) u16
+// and, with C_SPLIT > 1, TILE_P * (TILE_N + 4) floats (dwsep/families.py). Macros: TILE_P,
+// TILE_N, WARPS_M, WARPS_N, KC, STAGES, C_SPLIT.
+#include "dwsep_tc.cuh"
+
+#if C_SPLIT > 1
+#define CLUSTER __cluster_dims__(1, 1, C_SPLIT)
+#else
+#define CLUSTER
+#endif
+
+extern "C" __global__ void CLUSTER __launch_bounds__(THREADS, 1)
+dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
+             const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
+             const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
+             elem_t* __restrict__ y, DwsepParams p) {
+  extern __shared__ __align__(16) u16 smem[];
+  u16* as = smem;                              // [2][TILE_P][B_STRIDE]
+  u16* bs = smem + 2 * TILE_P * B_STRIDE;      // [STAGES][TILE_N][B_STRIDE]
+  const int warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
+  const long pix0 = (long)blockIdx.x * TILE_P;
+  const int k0 = blockIdx.y * TILE_N;
+  const int all_chunks = (p.MC + KC - 1) / KC;
+  const int per_block = (all_chunks + C_SPLIT - 1) / C_SPLIT;
+  const int first = blockIdx.z * per_block;  // this block's chunks: [first, first + chunks)
+  const int chunks = max(0, min(all_chunks - first, per_block));
+  constexpr int CP = KC / 2 < 32 ? KC / 2 : 32;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < chunks) load_pointwise(bs + s * TILE_N * B_STRIDE, w_pw, p, k0, (first + s) * KC);
+    cp_async_commit();
+  }
+  WarpAcc acc;
+  acc.clear();
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    u16* a = as + (chunk & 1) * TILE_P * B_STRIDE;
+    fill_depthwise<CP>(a, B_STRIDE, (first + chunk) * KC, KC, x, w_dw, scale, shift, p,
+                       [&](int row, int& n, int& oh, int& ow) {
+                         return split_pixel(p, pix0 + row, n, oh, ow);
+                       });
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // A and stage `chunk` are visible; stage chunk - 1 is free again
+    const int next = chunk + STAGES - 1;
+    if (next < chunks) load_pointwise(bs + (next % STAGES) * TILE_N * B_STRIDE, w_pw, p, k0,
+                                      (first + next) * KC);
+    cp_async_commit();
+    warp_chunk(acc, a, B_STRIDE, bs + (chunk % STAGES) * TILE_N * B_STRIDE, wm, wn);
+  }
+  cp_async_wait<0>();
+  auto pixel_of = [&](int row) {
+    return pix0 + row < (long)p.N * p.P * p.Q ? pix0 + row : -1L;
+  };
+#if C_SPLIT > 1
+  __syncthreads();  // the pipeline's buffers are free for the partial sums
+  cluster_reduce_store<C_SPLIT>(acc, reinterpret_cast<float*>(smem), y, b_pw, p, k0, wm, wn,
+                                pixel_of);
+#else
+  store_outputs(acc, y, b_pw, p, k0, wm, wn, pixel_of);
+#endif
+}
