@@ -62,136 +62,173 @@ __device__ __forceinline__ void unpack_pair(u32 v, float& lo, float& hi) {
   hi = to_float((u16)(v >> 16));
 }
 
+// A block row's output pixel, found once per block (rows_of): the element offset in x of
+// its filter window's top-left tap (n, oh * stride - pad, ow * stride - pad, channel 0),
+// which may lie outside x and is only read inside it, and that tap's input row and column;
+// row = INT_MIN / 2 past the output (every tap out of range). 32-bit: the families refuse
+// tensors of 2^31 elements or more.
+struct RowTaps {
+  int offset, h0, w0;
+};
+
+__device__ __forceinline__ void rows_of(RowTaps* rows, const DwsepParams& p, int pix0) {
+  const int pixels = p.N * p.P * p.Q;
+  for (int row = threadIdx.x; row < TILE_P; row += THREADS) {
+    const int pix = pix0 + row;
+    RowTaps t = {0, -0x40000000, 0};
+    if (pix < pixels) {
+      const int ow = pix % p.Q, rest = pix / p.Q;
+      const int oh = rest % p.P, n = rest / p.P;
+      t.h0 = oh * p.stride - p.pad;
+      t.w0 = ow * p.stride - p.pad;
+      t.offset = ((n * p.H + t.h0) * p.W + t.w0) * p.C;
+    }
+    rows[row] = t;
+  }
+}
+
 // How a thread reads the two input channels of depthwise channels (j, j + 1), the same for
 // the whole problem: one 32-bit load when M = 1 and C is even, one 16-bit load shared by both
 // when M = 2, two 16-bit loads otherwise.
 enum PairRead { PAIR_U32 = 0, PAIR_SHARED = 1, PAIR_TWO = 2 };
 
-__device__ __forceinline__ int pair_read(const DwsepParams& p) {
-  return (p.M == 1 && p.C % 2 == 0) ? PAIR_U32 : (p.M == 2 ? PAIR_SHARED : PAIR_TWO);
-}
-
-__device__ __forceinline__ void load_pair(const elem_t* __restrict__ px, int mode, int c0,
-                                          int c1, float& v0, float& v1) {
-  if (mode == PAIR_U32) {
-    unpack_pair(__ldg(reinterpret_cast<const unsigned int*>(px + c0)), v0, v1);
-  } else if (mode == PAIR_SHARED) {
-    v0 = v1 = to_float(__ldg(px + c0));
+template <int MODE>
+__device__ __forceinline__ void load_pair(const elem_t* __restrict__ px, int c1, float& v0,
+                                          float& v1) {
+  if (MODE == PAIR_U32) {
+    unpack_pair(__ldg(reinterpret_cast<const unsigned int*>(px)), v0, v1);
+  } else if (MODE == PAIR_SHARED) {
+    v0 = v1 = to_float(__ldg(px));
   } else {
-    v0 = to_float(__ldg(px + c0));
-    v1 = c1 >= 0 ? to_float(__ldg(px + c1)) : 0.0f;
+    v0 = to_float(__ldg(px));
+    v1 = c1 >= 0 ? to_float(__ldg(px + c1)) : 0.0f;  // c1: the second channel's distance
   }
 }
 
-// Depthwise sums of channels (j, j + 1) at output pixel (n, oh, ow). RR x SS taps known at
-// compile time with the filters f0, f1 in registers, or RR = 0: p.R x p.S taps read from w_dw.
-template <int RR, int SS>
-__device__ __forceinline__ void depthwise_pair(const elem_t* __restrict__ x,
-                                               const elem_t* __restrict__ w_dw,
-                                               const DwsepParams& p, int mode, int n, int oh,
-                                               int ow, int j, int c0, int c1, const float* f0,
-                                               const float* f1, float& d0, float& d1) {
-  const int ih0 = oh * p.stride - p.pad, iw0 = ow * p.stride - p.pad;
-  const elem_t* xn = x + (long)n * p.H * p.W * p.C;
+// Depthwise sums of channels (j, j + 1) over the window of `t`, x0 = x + the first channel
+// read. RR x SS taps known at compile time with the filters f0, f1 in registers, or RR = 0:
+// p.R x p.S taps read from w_dw (g0: channel j's filter).
+template <int RR, int SS, int MODE>
+__device__ __forceinline__ void depthwise_pair(const elem_t* __restrict__ x0,
+                                               const elem_t* __restrict__ g0,
+                                               const DwsepParams& p, const RowTaps& t, int c1,
+                                               const float* f0, const float* f1, float& d0,
+                                               float& d1) {
   d0 = d1 = 0.0f;
+  const int wc = p.W * p.C;
   if (RR > 0) {
 #pragma unroll
     for (int r = 0; r < RR; ++r) {
-      const int h = ih0 + r;
-      if ((unsigned)h >= (unsigned)p.H) continue;
+      const bool row_in = (unsigned)(t.h0 + r) < (unsigned)p.H;
 #pragma unroll
       for (int s = 0; s < SS; ++s) {
-        const int w = iw0 + s;
-        if ((unsigned)w >= (unsigned)p.W) continue;
+        if (!row_in || (unsigned)(t.w0 + s) >= (unsigned)p.W) continue;
         float v0, v1;
-        load_pair(xn + ((long)h * p.W + w) * p.C, mode, c0, c1, v0, v1);
+        load_pair<MODE>(x0 + t.offset + r * wc + s * p.C, c1, v0, v1);
         d0 = fmaf(v0, f0[r * SS + s], d0);
         d1 = fmaf(v1, f1[r * SS + s], d1);
       }
     }
   } else {
     const int rs = p.R * p.S;
-    const elem_t* g0 = w_dw + (long)j * rs;
     for (int r = 0; r < p.R; ++r) {
-      const int h = ih0 + r;
-      if ((unsigned)h >= (unsigned)p.H) continue;
+      if ((unsigned)(t.h0 + r) >= (unsigned)p.H) continue;
       for (int s = 0; s < p.S; ++s) {
-        const int w = iw0 + s;
-        if ((unsigned)w >= (unsigned)p.W) continue;
+        if ((unsigned)(t.w0 + s) >= (unsigned)p.W) continue;
         float v0, v1;
-        load_pair(xn + ((long)h * p.W + w) * p.C, mode, c0, c1, v0, v1);
-        const int t = r * p.S + s;
-        d0 = fmaf(v0, to_float(__ldg(g0 + t)), d0);
-        d1 = fmaf(v1, c1 >= 0 ? to_float(__ldg(g0 + rs + t)) : 0.0f, d1);
+        load_pair<MODE>(x0 + t.offset + r * wc + s * p.C, c1, v0, v1);
+        const int tap = r * p.S + s;
+        d0 = fmaf(v0, to_float(__ldg(g0 + tap)), d0);
+        d1 = fmaf(v1, c1 >= 0 ? to_float(__ldg(g0 + rs + tap)) : 0.0f, d1);
       }
     }
   }
 }
 
-// Activated depthwise values of the block's TILE_P pixels (pixel_at(row) gives n, oh, ow, or
-// false past the output) for channels [j0, j0 + span), into as[row * as_stride + j - j0] as
-// 16-bit pairs; zeros past MC or the output. span is even; a warp covers 2 * CP channels of
-// 32 / CP pixels per step.
-template <int RR, int SS, int CP, typename PixelAt>
+// Activated depthwise values of the block's TILE_P rows (rows: rows_of) for channels
+// [j0, j0 + span), into as[row * as_stride + j - j0] as 16-bit pairs; zeros past MC or the
+// output. span is even; a warp covers 2 * CP channels of 32 / CP rows per step.
+template <int RR, int SS, int MODE, int CP>
 __device__ __forceinline__ void fill_depthwise_taps(u16* as, int as_stride, int j0, int span,
+                                                    const RowTaps* rows,
                                                     const elem_t* __restrict__ x,
                                                     const elem_t* __restrict__ w_dw,
                                                     const elem_t* __restrict__ scale,
                                                     const elem_t* __restrict__ shift,
-                                                    const DwsepParams& p, PixelAt pixel_at) {
-  constexpr int PL = 32 / CP;  // pixels a warp covers per step
+                                                    const DwsepParams& p) {
+  constexpr int PL = 32 / CP;  // rows a warp covers per step
+  constexpr int ROWS = (TILE_P + WARPS * PL - 1) / (WARPS * PL);
+  constexpr int TAPS = RR > 0 ? RR * SS : 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cpl = lane % CP, pl = lane / CP;
-  const int mode = pair_read(p);
-  constexpr int TAPS = RR > 0 ? RR * SS : 1;
+  const int rs = p.R * p.S;
   for (int jj = 2 * cpl; jj < span; jj += 2 * CP) {
     const int j = j0 + jj;
     const bool live0 = j < p.MC, live1 = j + 1 < p.MC;
-    const int c0 = live0 ? j / p.M : 0, c1 = live1 ? (j + 1) / p.M : -1;
+    const int c0 = live0 ? j / p.M : 0;
+    const int c1 = live1 ? (j + 1) / p.M - c0 : -1;
+    const elem_t* g0 = w_dw + j * rs;
     float f0[TAPS], f1[TAPS];
     if (RR > 0) {
 #pragma unroll
       for (int t = 0; t < TAPS; ++t) {
-        f0[t] = live0 ? to_float(__ldg(w_dw + (long)j * TAPS + t)) : 0.0f;
-        f1[t] = live1 ? to_float(__ldg(w_dw + (long)(j + 1) * TAPS + t)) : 0.0f;
+        f0[t] = live0 ? to_float(__ldg(g0 + t)) : 0.0f;
+        f1[t] = live1 ? to_float(__ldg(g0 + TAPS + t)) : 0.0f;
       }
     }
     const float sc0 = live0 ? to_float(scale[j]) : 0.0f, sh0 = live0 ? to_float(shift[j]) : 0.0f;
     const float sc1 = live1 ? to_float(scale[j + 1]) : 0.0f;
     const float sh1 = live1 ? to_float(shift[j + 1]) : 0.0f;
-    // Every row of the thread unrolled: their loads are in flight together.
-    constexpr int ROWS = (TILE_P + WARPS * PL - 1) / (WARPS * PL);
-#pragma unroll
+    // Rows unrolled by four (3x3) or two (5x5, generic): their loads are in flight together.
+#pragma unroll(RR == 3 ? 4 : 2)
     for (int i = 0; i < ROWS; ++i) {
       const int row = warp * PL + pl + i * WARPS * PL;
       if (TILE_P % (WARPS * PL) != 0 && row >= TILE_P) break;
-      int n, oh, ow;
-      u32 packed = 0u;
-      if (live0 && pixel_at(row, n, oh, ow)) {
-        float d0, d1;
-        depthwise_pair<RR, SS>(x, w_dw, p, mode, n, oh, ow, j, c0, c1, f0, f1, d0, d1);
-        const float a0 = dwsep_activate(d0 * sc0 + sh0, p.activation);
-        const float a1 = live1 ? dwsep_activate(d1 * sc1 + sh1, p.activation) : 0.0f;
-        packed = pack_pair(a0, a1);
-      }
-      *reinterpret_cast<u32*>(as + row * as_stride + jj) = packed;
+      const RowTaps t = rows[row];
+      float d0, d1;
+      depthwise_pair<RR, SS, MODE>(x + c0, g0, p, t, c1, f0, f1, d0, d1);
+      const float a0 = dwsep_activate(d0 * sc0 + sh0, p.activation);
+      const float a1 = dwsep_activate(d1 * sc1 + sh1, p.activation);
+      const bool live = live0 && t.h0 > -0x20000000;
+      *reinterpret_cast<u32*>(as + row * as_stride + jj) =
+          live ? pack_pair(a0, live1 ? a1 : 0.0f) : 0u;
     }
   }
 }
 
-template <int CP, typename PixelAt>
+template <int MODE, int CP>
+__device__ __forceinline__ void fill_depthwise_mode(u16* as, int as_stride, int j0, int span,
+                                                    const RowTaps* rows,
+                                                    const elem_t* __restrict__ x,
+                                                    const elem_t* __restrict__ w_dw,
+                                                    const elem_t* __restrict__ scale,
+                                                    const elem_t* __restrict__ shift,
+                                                    const DwsepParams& p) {
+  if (p.R == 3 && p.S == 3)
+    fill_depthwise_taps<3, 3, MODE, CP>(as, as_stride, j0, span, rows, x, w_dw, scale, shift, p);
+  else if (p.R == 5 && p.S == 5)
+    fill_depthwise_taps<5, 5, MODE, CP>(as, as_stride, j0, span, rows, x, w_dw, scale, shift, p);
+  else
+    fill_depthwise_taps<0, 0, MODE, CP>(as, as_stride, j0, span, rows, x, w_dw, scale, shift, p);
+}
+
+// fill_depthwise_taps for the problem's filter size and pair read.
+template <int CP>
 __device__ __forceinline__ void fill_depthwise(u16* as, int as_stride, int j0, int span,
+                                               const RowTaps* rows,
                                                const elem_t* __restrict__ x,
                                                const elem_t* __restrict__ w_dw,
                                                const elem_t* __restrict__ scale,
                                                const elem_t* __restrict__ shift,
-                                               const DwsepParams& p, PixelAt pixel_at) {
-  if (p.R == 3 && p.S == 3)
-    fill_depthwise_taps<3, 3, CP>(as, as_stride, j0, span, x, w_dw, scale, shift, p, pixel_at);
-  else if (p.R == 5 && p.S == 5)
-    fill_depthwise_taps<5, 5, CP>(as, as_stride, j0, span, x, w_dw, scale, shift, p, pixel_at);
+                                               const DwsepParams& p) {
+  if (p.M == 1 && p.C % 2 == 0)
+    fill_depthwise_mode<PAIR_U32, CP>(as, as_stride, j0, span, rows, x, w_dw, scale, shift, p);
+  else if (p.M == 2)  // the rarer reads take the generic filter path
+    fill_depthwise_taps<0, 0, PAIR_SHARED, CP>(as, as_stride, j0, span, rows, x, w_dw, scale,
+                                               shift, p);
   else
-    fill_depthwise_taps<0, 0, CP>(as, as_stride, j0, span, x, w_dw, scale, shift, p, pixel_at);
+    fill_depthwise_taps<0, 0, PAIR_TWO, CP>(as, as_stride, j0, span, rows, x, w_dw, scale,
+                                            shift, p);
 }
 
 // The pointwise weight's rows [k0, k0 + TILE_N), channels [j0, j0 + KC) into a B stage
@@ -290,17 +327,6 @@ __device__ __forceinline__ void store_outputs(const WarpAcc& acc, elem_t* __rest
         }
       }
     }
-}
-
-// Output pixel `pix` (n, p, q flattened) as n, oh, ow; false past the output.
-__device__ __forceinline__ bool split_pixel(const DwsepParams& p, long pix, int& n, int& oh,
-                                            int& ow) {
-  if (pix >= (long)p.N * p.P * p.Q) return false;
-  ow = (int)(pix % p.Q);
-  const long rest = pix / p.Q;
-  oh = (int)(rest % p.P);
-  n = (int)(rest / p.P);
-  return true;
 }
 
 // Thread-block clusters (sm_90): this block's rank, a barrier over the cluster's blocks (its

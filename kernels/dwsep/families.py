@@ -95,7 +95,8 @@ class DwsepTensorCore(DwsepFamily):
         out = []
         for tile_p, tile_n, warps_m, warps_n in (
                 (16, 64, 1, 4), (16, 128, 1, 4), (32, 64, 2, 2), (32, 128, 2, 4),
-                (64, 64, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4), (128, 128, 4, 2)):
+                (64, 64, 2, 2), (64, 128, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
+                (128, 128, 4, 2)):
             out.append({"tile_p": tile_p, "tile_n": tile_n, "warps_m": warps_m,
                         "warps_n": warps_n})
         return out
@@ -107,9 +108,13 @@ class DwsepTensorCore(DwsepFamily):
         return -(-p.N * p.P * p.Q // c["tile_p"]), -(-p.K // c["tile_n"])
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
-        return 2 * c["stages"] * c["tile_n"] * (c["kc"] + 8)
+        """The weight's stages and the rows' descriptors (3 x int32 each)."""
+        return 2 * c["stages"] * c["tile_n"] * (c["kc"] + 8) + 12 * c["tile_p"]
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        largest = max(p.N * p.H * p.W * p.C, p.N * p.P * p.Q * p.K, p.K * p.MC)
+        if largest >= 2**31:
+            return f"a tensor of {largest} elements: the kernel's offsets are 32-bit"
         need = self.shared_bytes(instance.settings, p)
         if need > SMEM_OPT_IN:
             return f"needs {need} bytes of shared memory for MC={p.MC}, above {SMEM_OPT_IN}"
@@ -149,7 +154,7 @@ class DwsepResident(DwsepTensorCore):
         return tiles, min(tiles_k, c["k_blocks"])
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
-        width = -(-p.MC // 64) * 64
+        width = -(-p.MC // c["kc"]) * c["kc"]
         return 2 * c["tile_p"] * (width + 8) + super().shared_bytes(c, p)
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:

@@ -14,8 +14,8 @@
 // cluster (sm_90), and each block writes a share of the tile: more blocks for small grids.
 //
 // Dynamic shared memory: the larger of 2 * TILE_P * (KC + 8) + STAGES * TILE_N * (KC + 8) u16
-// and, with C_SPLIT > 1, TILE_P * (TILE_N + 4) floats (dwsep/families.py). Macros: TILE_P,
-// TILE_N, WARPS_M, WARPS_N, KC, STAGES, C_SPLIT.
+// with TILE_P row descriptors, and with C_SPLIT > 1 TILE_P * (TILE_N + 4) floats
+// (dwsep/families.py). Macros: TILE_P, TILE_N, WARPS_M, WARPS_N, KC, STAGES, C_SPLIT.
 #include "dwsep_tc.cuh"
 
 #if C_SPLIT > 1
@@ -32,8 +32,10 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   extern __shared__ __align__(16) u16 smem[];
   u16* as = smem;                              // [2][TILE_P][B_STRIDE]
   u16* bs = smem + 2 * TILE_P * B_STRIDE;      // [STAGES][TILE_N][B_STRIDE]
+  RowTaps* rows = reinterpret_cast<RowTaps*>(bs + STAGES * TILE_N * B_STRIDE);
   const int warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
-  const long pix0 = (long)blockIdx.x * TILE_P;
+  const int pix0 = blockIdx.x * TILE_P;
+  const int pixels = p.N * p.P * p.Q;
   const int k0 = blockIdx.y * TILE_N;
   const int all_chunks = (p.MC + KC - 1) / KC;
   const int per_block = (all_chunks + C_SPLIT - 1) / C_SPLIT;
@@ -46,14 +48,13 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
     if (s < chunks) load_pointwise(bs + s * TILE_N * B_STRIDE, w_pw, p, k0, (first + s) * KC);
     cp_async_commit();
   }
+  rows_of(rows, p, pix0);
+  __syncthreads();
   WarpAcc acc;
   acc.clear();
   for (int chunk = 0; chunk < chunks; ++chunk) {
     u16* a = as + (chunk & 1) * TILE_P * B_STRIDE;
-    fill_depthwise<CP>(a, B_STRIDE, (first + chunk) * KC, KC, x, w_dw, scale, shift, p,
-                       [&](int row, int& n, int& oh, int& ow) {
-                         return split_pixel(p, pix0 + row, n, oh, ow);
-                       });
+    fill_depthwise<CP>(a, B_STRIDE, (first + chunk) * KC, KC, rows, x, w_dw, scale, shift, p);
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // A and stage `chunk` are visible; stage chunk - 1 is free again
     const int next = chunk + STAGES - 1;
@@ -63,9 +64,7 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
     warp_chunk(acc, a, B_STRIDE, bs + (chunk % STAGES) * TILE_N * B_STRIDE, wm, wn);
   }
   cp_async_wait<0>();
-  auto pixel_of = [&](int row) {
-    return pix0 + row < (long)p.N * p.P * p.Q ? pix0 + row : -1L;
-  };
+  auto pixel_of = [&](int row) { return pix0 + row < pixels ? (long)(pix0 + row) : -1L; };
 #if C_SPLIT > 1
   __syncthreads();  // the pipeline's buffers are free for the partial sums
   cluster_reduce_store<C_SPLIT>(acc, reinterpret_cast<float*>(smem), y, b_pw, p, k0, wm, wn,
