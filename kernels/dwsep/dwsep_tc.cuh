@@ -231,6 +231,105 @@ __device__ __forceinline__ void fill_depthwise(u16* as, int as_stride, int j0, i
                                             shift, p);
 }
 
+// Staged taps (dwsep_stream when M = 1 and C is a multiple of 8): the inputs of a chunk's
+// KC channels under every tap of every row, copied by cp.async into ts [tap][row][KC] (zeros
+// outside the input) a few chunks ahead, so the depthwise stage reads shared memory only.
+__device__ __forceinline__ void load_taps(u16* ts, const RowTaps* rows,
+                                          const elem_t* __restrict__ x, const DwsepParams& p,
+                                          int j0) {
+  constexpr int SEGS = KC / 8;  // 16-byte segments of a row's chunk
+  const int seg = threadIdx.x % SEGS, c = j0 + seg * 8;
+  const bool c_in = c < p.C;
+  const int wc = p.W * p.C, rs = p.R * p.S;
+  for (int row = threadIdx.x / SEGS; row < TILE_P; row += THREADS / SEGS) {
+    const RowTaps t = rows[row];
+    u16* dst = ts + row * KC + seg * 8;
+    for (int r = 0; r < p.R; ++r) {
+      const bool r_in = c_in && (unsigned)(t.h0 + r) < (unsigned)p.H;
+      for (int s = 0; s < p.S; ++s) {
+        const bool in = r_in && (unsigned)(t.w0 + s) < (unsigned)p.W;
+        cp_async16(dst + (r * p.S + s) * TILE_P * KC, in ? x + t.offset + r * wc + s * p.C + c : x,
+                   in);
+      }
+    }
+    (void)rs;
+  }
+}
+
+template <int RR, int SS, int CP>
+__device__ __forceinline__ void fill_from_taps_rs(u16* as, const u16* ts, const RowTaps* rows,
+                                                  int j0, const elem_t* __restrict__ w_dw,
+                                                  const elem_t* __restrict__ scale,
+                                                  const elem_t* __restrict__ shift,
+                                                  const DwsepParams& p) {
+  constexpr int PL = 32 / CP;
+  constexpr int ROWS = (TILE_P + WARPS * PL - 1) / (WARPS * PL);
+  constexpr int TAPS = RR > 0 ? RR * SS : 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cpl = lane % CP, pl = lane / CP;
+  const int rs = p.R * p.S;
+  for (int jj = 2 * cpl; jj < KC; jj += 2 * CP) {
+    const int j = j0 + jj;
+    const bool live0 = j < p.MC, live1 = j + 1 < p.MC;
+    const elem_t* g0 = w_dw + j * rs;
+    float f0[TAPS], f1[TAPS];
+    if (RR > 0) {
+#pragma unroll
+      for (int t = 0; t < TAPS; ++t) {
+        f0[t] = live0 ? to_float(__ldg(g0 + t)) : 0.0f;
+        f1[t] = live1 ? to_float(__ldg(g0 + TAPS + t)) : 0.0f;
+      }
+    }
+    const float sc0 = live0 ? to_float(scale[j]) : 0.0f, sh0 = live0 ? to_float(shift[j]) : 0.0f;
+    const float sc1 = live1 ? to_float(scale[j + 1]) : 0.0f;
+    const float sh1 = live1 ? to_float(shift[j + 1]) : 0.0f;
+#pragma unroll(RR == 3 ? 4 : 2)
+    for (int i = 0; i < ROWS; ++i) {
+      const int row = warp * PL + pl + i * WARPS * PL;
+      if (TILE_P % (WARPS * PL) != 0 && row >= TILE_P) break;
+      const u16* tap0 = ts + row * KC + jj;
+      float d0 = 0.0f, d1 = 0.0f;
+      if (RR > 0) {
+#pragma unroll
+        for (int t = 0; t < TAPS; ++t) {
+          float v0, v1;
+          unpack_pair(*reinterpret_cast<const u32*>(tap0 + t * TILE_P * KC), v0, v1);
+          d0 = fmaf(v0, f0[t], d0);
+          d1 = fmaf(v1, f1[t], d1);
+        }
+      } else {
+        for (int t = 0; t < rs; ++t) {
+          float v0, v1;
+          unpack_pair(*reinterpret_cast<const u32*>(tap0 + t * TILE_P * KC), v0, v1);
+          d0 = fmaf(v0, live0 ? to_float(__ldg(g0 + t)) : 0.0f, d0);
+          d1 = fmaf(v1, live1 ? to_float(__ldg(g0 + rs + t)) : 0.0f, d1);
+        }
+      }
+      const float a0 = dwsep_activate(d0 * sc0 + sh0, p.activation);
+      const float a1 = dwsep_activate(d1 * sc1 + sh1, p.activation);
+      const bool live = live0 && rows[row].h0 > -0x20000000;
+      *reinterpret_cast<u32*>(as + row * B_STRIDE + jj) =
+          live ? pack_pair(a0, live1 ? a1 : 0.0f) : 0u;
+    }
+  }
+}
+
+// The activated depthwise values of chunk [j0, j0 + KC) from staged taps ts into A (as,
+// B_STRIDE u16 per row).
+template <int CP>
+__device__ __forceinline__ void fill_from_taps(u16* as, const u16* ts, const RowTaps* rows,
+                                               int j0, const elem_t* __restrict__ w_dw,
+                                               const elem_t* __restrict__ scale,
+                                               const elem_t* __restrict__ shift,
+                                               const DwsepParams& p) {
+  if (p.R == 3 && p.S == 3)
+    fill_from_taps_rs<3, 3, CP>(as, ts, rows, j0, w_dw, scale, shift, p);
+  else if (p.R == 5 && p.S == 5)
+    fill_from_taps_rs<5, 5, CP>(as, ts, rows, j0, w_dw, scale, shift, p);
+  else
+    fill_from_taps_rs<0, 0, CP>(as, ts, rows, j0, w_dw, scale, shift, p);
+}
+
 // The pointwise weight's rows [k0, k0 + TILE_N), channels [j0, j0 + KC) into a B stage
 // [row][channel]: 16-byte cp.async when MC is a multiple of 8, plain loads otherwise; zeros
 // past K and MC.

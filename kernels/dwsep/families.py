@@ -177,15 +177,19 @@ class DwsepStream(DwsepTensorCore):
     source_file = "dwsep/stream.cu"
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        return [{**layout, "kc": kc, "stages": 3, "c_split": c_split}
-                for layout in self.warp_layouts() for kc in (32, 64)
+        return [{**layout, "kc": kc, "stages": stages, "c_split": c_split}
+                for layout in self.warp_layouts() for kc in (32, 64) for stages in (2, 3)
                 for c_split in (1, 2, 4, 8)]
 
     def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int, int]:
         return (*super().grid(c, p), c["c_split"])
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
-        pipeline = 2 * 2 * c["tile_p"] * (c["kc"] + 8) + super().shared_bytes(c, p)
+        if p.multiplier == 1 and p.C % 8 == 0:  # staged taps
+            pipeline = (2 * c["tile_p"] * (c["kc"] + 8) + super().shared_bytes(c, p)
+                        + 2 * c["stages"] * p.R * p.S * c["tile_p"] * c["kc"])
+        else:
+            pipeline = 2 * 2 * c["tile_p"] * (c["kc"] + 8) + super().shared_bytes(c, p)
         partial_sums = 4 * c["tile_p"] * (c["tile_n"] + 4) if c["c_split"] > 1 else 0
         return max(pipeline, partial_sums)
 

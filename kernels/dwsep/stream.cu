@@ -4,18 +4,22 @@
 //
 // A block owns TILE_P consecutive output pixels (n, p, q flattened) and TILE_N output
 // channels (blockIdx.y). For each chunk it computes the activated depthwise values of its
-// pixels (CUDA cores, fp32) into one of two A buffers [pixel][channel], 16-bit, while the
-// pointwise weight arrives through STAGES shared-memory stages (cp.async), then its warps
-// multiply. Shared memory does not grow with C; the depthwise is computed again by each of
-// the ceil(K / TILE_N) blocks of a pixel tile. The intermediate never leaves the chip.
+// pixels (CUDA cores, fp32) into an A tile [pixel][channel], 16-bit, while the pointwise
+// weight arrives through STAGES shared-memory stages (cp.async), then its warps multiply.
+// When M = 1 and C is a multiple of 8, the chunk's input under every tap of every pixel comes
+// through the same stages ahead of use (staged taps: the depthwise reads shared memory only);
+// otherwise the depthwise reads the input through the cache into two alternating A tiles.
+// The depthwise is computed again by each of the ceil(K / TILE_N) blocks of a pixel tile. The
+// intermediate never leaves the chip.
 //
 // With C_SPLIT > 1 a cluster of C_SPLIT blocks along z shares one output tile, each block
 // taking an equal run of the chunks; their partial sums meet in shared memory across the
 // cluster (sm_90), and each block writes a share of the tile: more blocks for small grids.
 //
-// Dynamic shared memory: the larger of 2 * TILE_P * (KC + 8) + STAGES * TILE_N * (KC + 8) u16
-// with TILE_P row descriptors, and with C_SPLIT > 1 TILE_P * (TILE_N + 4) floats
-// (dwsep/families.py). Macros: TILE_P, TILE_N, WARPS_M, WARPS_N, KC, STAGES, C_SPLIT.
+// Dynamic shared memory (dwsep/families.py): the larger of the pipeline's (staged taps:
+// TILE_P * (KC + 8) + STAGES * (TILE_N * (KC + 8) + R * S * TILE_P * KC) u16; otherwise
+// 2 * TILE_P * (KC + 8) + STAGES * TILE_N * (KC + 8) u16; and TILE_P row descriptors) and,
+// with C_SPLIT > 1, TILE_P * (TILE_N + 4) floats. Macros: TILE_P, TILE_N, WARPS_M, WARPS_N, KC, STAGES, C_SPLIT.
 #include "dwsep_tc.cuh"
 
 #if C_SPLIT > 1
@@ -30,9 +34,6 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
              const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
              elem_t* __restrict__ y, DwsepParams p) {
   extern __shared__ __align__(16) u16 smem[];
-  u16* as = smem;                              // [2][TILE_P][B_STRIDE]
-  u16* bs = smem + 2 * TILE_P * B_STRIDE;      // [STAGES][TILE_N][B_STRIDE]
-  RowTaps* rows = reinterpret_cast<RowTaps*>(bs + STAGES * TILE_N * B_STRIDE);
   const int warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
   const int pix0 = blockIdx.x * TILE_P;
   const int pixels = p.N * p.P * p.Q;
@@ -43,25 +44,64 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   const int chunks = max(0, min(all_chunks - first, per_block));
   constexpr int CP = KC / 2 < 32 ? KC / 2 : 32;
 
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < chunks) load_pointwise(bs + s * TILE_N * B_STRIDE, w_pw, p, k0, (first + s) * KC);
-    cp_async_commit();
-  }
-  rows_of(rows, p, pix0);
-  __syncthreads();
   WarpAcc acc;
   acc.clear();
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    u16* a = as + (chunk & 1) * TILE_P * B_STRIDE;
-    fill_depthwise<CP>(a, B_STRIDE, (first + chunk) * KC, KC, rows, x, w_dw, scale, shift, p);
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();  // A and stage `chunk` are visible; stage chunk - 1 is free again
-    const int next = chunk + STAGES - 1;
-    if (next < chunks) load_pointwise(bs + (next % STAGES) * TILE_N * B_STRIDE, w_pw, p, k0,
-                                      (first + next) * KC);
-    cp_async_commit();
-    warp_chunk(acc, a, B_STRIDE, bs + (chunk % STAGES) * TILE_N * B_STRIDE, wm, wn);
+  if (p.M == 1 && p.C % 8 == 0) {
+    // Staged taps: A [TILE_P][B_STRIDE], then per stage B [TILE_N][B_STRIDE] and the taps
+    // [R*S][TILE_P][KC], then the rows' descriptors.
+    const int stage_u16 = TILE_N * B_STRIDE + p.R * p.S * TILE_P * KC;
+    u16* a = smem;
+    u16* stages = smem + TILE_P * B_STRIDE;
+    RowTaps* rows = reinterpret_cast<RowTaps*>(stages + STAGES * stage_u16);
+    rows_of(rows, p, pix0);
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < chunks) {
+        u16* st = stages + s * stage_u16;
+        load_pointwise(st, w_pw, p, k0, (first + s) * KC);
+        load_taps(st + TILE_N * B_STRIDE, rows, x, p, (first + s) * KC);
+      }
+      cp_async_commit();
+    }
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // stage `chunk` has landed; A and stage chunk - 1 are free again
+      const int next = chunk + STAGES - 1;
+      if (next < chunks) {
+        u16* st = stages + (next % STAGES) * stage_u16;
+        load_pointwise(st, w_pw, p, k0, (first + next) * KC);
+        load_taps(st + TILE_N * B_STRIDE, rows, x, p, (first + next) * KC);
+      }
+      cp_async_commit();
+      const u16* st = stages + (chunk % STAGES) * stage_u16;
+      fill_from_taps<CP>(a, st + TILE_N * B_STRIDE, rows, (first + chunk) * KC, w_dw, scale,
+                         shift, p);
+      __syncthreads();  // A is visible
+      warp_chunk(acc, a, B_STRIDE, st, wm, wn);
+    }
+  } else {
+    u16* as = smem;                          // [2][TILE_P][B_STRIDE]
+    u16* bs = smem + 2 * TILE_P * B_STRIDE;  // [STAGES][TILE_N][B_STRIDE]
+    RowTaps* rows = reinterpret_cast<RowTaps*>(bs + STAGES * TILE_N * B_STRIDE);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < chunks) load_pointwise(bs + s * TILE_N * B_STRIDE, w_pw, p, k0, (first + s) * KC);
+      cp_async_commit();
+    }
+    rows_of(rows, p, pix0);
+    __syncthreads();
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      u16* a = as + (chunk & 1) * TILE_P * B_STRIDE;
+      fill_depthwise<CP>(a, B_STRIDE, (first + chunk) * KC, KC, rows, x, w_dw, scale, shift, p);
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // A and stage `chunk` are visible; stage chunk - 1 is free again
+      const int next = chunk + STAGES - 1;
+      if (next < chunks) load_pointwise(bs + (next % STAGES) * TILE_N * B_STRIDE, w_pw, p, k0,
+                                        (first + next) * KC);
+      cp_async_commit();
+      warp_chunk(acc, a, B_STRIDE, bs + (chunk % STAGES) * TILE_N * B_STRIDE, wm, wn);
+    }
   }
   cp_async_wait<0>();
   auto pixel_of = [&](int row) { return pix0 + row < pixels ? (long)(pix0 + row) : -1L; };
