@@ -234,30 +234,34 @@ __device__ __forceinline__ void fill_depthwise(u16* as, int as_stride, int j0, i
 // Staged taps (dwsep_stream when M = 1 and C is a multiple of 8): the inputs of a chunk's
 // KC channels under every tap of every row, copied by cp.async into ts [tap][row][KC] (zeros
 // outside the input) a few chunks ahead, so the depthwise stage reads shared memory only.
-__device__ __forceinline__ void load_taps(u16* ts, const RowTaps* rows,
-                                          const elem_t* __restrict__ x, const DwsepParams& p,
-                                          int j0) {
+__device__ __forceinline__ void load_taps(u16* ts, int pix0, const elem_t* __restrict__ x,
+                                          const DwsepParams& p, int j0) {
   constexpr int SEGS = KC / 8;  // 16-byte segments of a row's chunk
   const int seg = threadIdx.x % SEGS, c = j0 + seg * 8;
-  const bool c_in = c < p.C;
-  const int wc = p.W * p.C, rs = p.R * p.S;
+  const int pixels = p.N * p.P * p.Q, wc = p.W * p.C;
   for (int row = threadIdx.x / SEGS; row < TILE_P; row += THREADS / SEGS) {
-    const RowTaps t = rows[row];
+    const int pix = pix0 + row;
+    int h0 = -0x40000000, w0 = 0, offset = 0;
+    if (pix < pixels && c < p.C) {
+      const int ow = pix % p.Q, rest = pix / p.Q;
+      const int oh = rest % p.P, n = rest / p.P;
+      h0 = oh * p.stride - p.pad;
+      w0 = ow * p.stride - p.pad;
+      offset = ((n * p.H + h0) * p.W + w0) * p.C + c;
+    }
     u16* dst = ts + row * KC + seg * 8;
     for (int r = 0; r < p.R; ++r) {
-      const bool r_in = c_in && (unsigned)(t.h0 + r) < (unsigned)p.H;
+      const bool r_in = (unsigned)(h0 + r) < (unsigned)p.H;
       for (int s = 0; s < p.S; ++s) {
-        const bool in = r_in && (unsigned)(t.w0 + s) < (unsigned)p.W;
-        cp_async16(dst + (r * p.S + s) * TILE_P * KC, in ? x + t.offset + r * wc + s * p.C + c : x,
-                   in);
+        const bool in = r_in && (unsigned)(w0 + s) < (unsigned)p.W;
+        cp_async16(dst + (r * p.S + s) * TILE_P * KC, in ? x + offset + r * wc + s * p.C : x, in);
       }
     }
-    (void)rs;
   }
 }
 
 template <int RR, int SS, int CP>
-__device__ __forceinline__ void fill_from_taps_rs(u16* as, const u16* ts, const RowTaps* rows,
+__device__ __forceinline__ void fill_from_taps_rs(u16* as, const u16* ts, int valid_rows,
                                                   int j0, const elem_t* __restrict__ w_dw,
                                                   const elem_t* __restrict__ scale,
                                                   const elem_t* __restrict__ shift,
@@ -307,7 +311,7 @@ __device__ __forceinline__ void fill_from_taps_rs(u16* as, const u16* ts, const 
       }
       const float a0 = dwsep_activate(d0 * sc0 + sh0, p.activation);
       const float a1 = dwsep_activate(d1 * sc1 + sh1, p.activation);
-      const bool live = live0 && rows[row].h0 > -0x20000000;
+      const bool live = live0 && row < valid_rows;
       *reinterpret_cast<u32*>(as + row * B_STRIDE + jj) =
           live ? pack_pair(a0, live1 ? a1 : 0.0f) : 0u;
     }
@@ -315,19 +319,18 @@ __device__ __forceinline__ void fill_from_taps_rs(u16* as, const u16* ts, const 
 }
 
 // The activated depthwise values of chunk [j0, j0 + KC) from staged taps ts into A (as,
-// B_STRIDE u16 per row).
+// B_STRIDE u16 per row); rows from valid_rows on lie past the output (zeros).
 template <int CP>
-__device__ __forceinline__ void fill_from_taps(u16* as, const u16* ts, const RowTaps* rows,
-                                               int j0, const elem_t* __restrict__ w_dw,
+__device__ __forceinline__ void fill_from_taps(u16* as, const u16* ts, int valid_rows, int j0, const elem_t* __restrict__ w_dw,
                                                const elem_t* __restrict__ scale,
                                                const elem_t* __restrict__ shift,
                                                const DwsepParams& p) {
   if (p.R == 3 && p.S == 3)
-    fill_from_taps_rs<3, 3, CP>(as, ts, rows, j0, w_dw, scale, shift, p);
+    fill_from_taps_rs<3, 3, CP>(as, ts, valid_rows, j0, w_dw, scale, shift, p);
   else if (p.R == 5 && p.S == 5)
-    fill_from_taps_rs<5, 5, CP>(as, ts, rows, j0, w_dw, scale, shift, p);
+    fill_from_taps_rs<5, 5, CP>(as, ts, valid_rows, j0, w_dw, scale, shift, p);
   else
-    fill_from_taps_rs<0, 0, CP>(as, ts, rows, j0, w_dw, scale, shift, p);
+    fill_from_taps_rs<0, 0, CP>(as, ts, valid_rows, j0, w_dw, scale, shift, p);
 }
 
 // The pointwise weight's rows [k0, k0 + TILE_N), channels [j0, j0 + KC) into a B stage

@@ -167,27 +167,37 @@ class DwsepResident(DwsepTensorCore):
 
 class DwsepStream(DwsepTensorCore):
     """Strategy 2: the M*C depthwise channels streamed in chunks of kc, the pointwise partial
-    sums in registers; shared memory independent of C, for wide C. With c_split > 1 a cluster
-    of c_split blocks divides the chunks and adds up its partial sums in shared memory (sm_90
-    clusters): more blocks where pixels and output channels alone give few. Config fields:
-    tile_p, tile_n, warps_m, warps_n, kc, stages, c_split."""
+    sums in registers; shared memory independent of C, for wide C. Where M = 1 and C is a
+    multiple of 8 the chunk's input under every tap arrives by cp.async ahead of use (staged
+    taps), and a block may walk `tiles` consecutive pixel tiles in one pipeline. With
+    c_split > 1 a cluster of c_split blocks divides the chunks and adds up its partial sums in
+    shared memory (sm_90 clusters): more blocks where pixels and output channels alone give
+    few. Config fields: tile_p, tile_n, warps_m, warps_n, kc, stages, c_split, tiles."""
 
     name = "dwsep_stream"
     short = "stream"
     source_file = "dwsep/stream.cu"
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        return [{**layout, "kc": kc, "stages": stages, "c_split": c_split}
-                for layout in self.warp_layouts() for kc in (32, 64) for stages in (2, 3)
-                for c_split in (1, 2, 4, 8)]
+        return [{**layout, "kc": kc, "stages": 2, "c_split": c_split, "tiles": tiles}
+                for layout in self.warp_layouts() for kc in (32, 64)
+                for c_split, tiles in ((1, 1), (1, 4), (2, 1), (4, 1), (8, 1))]
+
+    @staticmethod
+    def staged(p: DwsepProblem) -> bool:
+        return p.multiplier == 1 and p.C % 8 == 0
 
     def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int, int]:
-        return (*super().grid(c, p), c["c_split"])
+        tiles, tiles_k = super().grid(c, p)
+        return -(-tiles // c["tiles"]), tiles_k, c["c_split"]
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
-        if p.multiplier == 1 and p.C % 8 == 0:  # staged taps
-            pipeline = (2 * c["tile_p"] * (c["kc"] + 8) + super().shared_bytes(c, p)
-                        + 2 * c["stages"] * p.R * p.S * c["tile_p"] * c["kc"])
+        if self.staged(p):
+            all_chunks = -(-p.MC // c["kc"])
+            steps = min(all_chunks, -(-all_chunks // c["c_split"])) * min(
+                c["tiles"], -(-p.N * p.P * p.Q // c["tile_p"]))
+            stage = 2 * (c["tile_n"] * (c["kc"] + 8) + p.R * p.S * c["tile_p"] * c["kc"])
+            pipeline = 2 * c["tile_p"] * (c["kc"] + 8) + min(c["stages"], steps) * stage
         else:
             pipeline = 2 * 2 * c["tile_p"] * (c["kc"] + 8) + super().shared_bytes(c, p)
         partial_sums = 4 * c["tile_p"] * (c["tile_n"] + 4) if c["c_split"] > 1 else 0
@@ -195,12 +205,15 @@ class DwsepStream(DwsepTensorCore):
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         c = instance.settings
+        if c["tiles"] > 1 and not self.staged(p):
+            return "tiles > 1 needs staged taps: multiplier 1 and C a multiple of 8"
+        if c["tiles"] > 1 and -(-p.N * p.P * p.Q // c["tile_p"]) <= c["tiles"]:
+            return f"{p.N * p.P * p.Q} pixels make one block of {c['tiles']} tiles at most"
         chunks = -(-p.MC // c["kc"])
         if c["c_split"] > 1 and (c["c_split"] - 1) * -(-chunks // c["c_split"]) >= chunks:
             return (f"MC={p.MC} has {chunks} chunks of {c['kc']}: c_split={c['c_split']} "
                     "leaves a block without one")
         return super().refuses(instance, p)
-
 
 
 FAMILY = register(DwsepChunked())

@@ -35,7 +35,7 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
              elem_t* __restrict__ y, DwsepParams p) {
   extern __shared__ __align__(16) u16 smem[];
   const int warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
-  const int pix0 = blockIdx.x * TILE_P;
+  const int pix0 = blockIdx.x * TILE_P;  // without staged taps, TILES is 1
   const int pixels = p.N * p.P * p.Q;
   const int k0 = blockIdx.y * TILE_N;
   const int all_chunks = (p.MC + KC - 1) / KC;
@@ -46,39 +46,50 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
 
   WarpAcc acc;
   acc.clear();
-  if (p.M == 1 && p.C % 8 == 0) {
+  const bool staged = p.M == 1 && p.C % 8 == 0;
+  if (staged) {
     // Staged taps: A [TILE_P][B_STRIDE], then per stage B [TILE_N][B_STRIDE] and the taps
-    // [R*S][TILE_P][KC], then the rows' descriptors.
+    // [R*S][TILE_P][KC]. The pipeline runs over (pixel tile, chunk) for the block's TILES
+    // consecutive pixel tiles, so the next tile's copies overlap this one's work.
     const int stage_u16 = TILE_N * B_STRIDE + p.R * p.S * TILE_P * KC;
     u16* a = smem;
     u16* stages = smem + TILE_P * B_STRIDE;
-    RowTaps* rows = reinterpret_cast<RowTaps*>(stages + STAGES * stage_u16);
-    rows_of(rows, p, pix0);
-    __syncthreads();
+    const int tile0 = blockIdx.x * TILES;
+    const int tiles = min(TILES, (pixels + TILE_P - 1) / TILE_P - tile0);
+    const int steps = tiles * chunks;
+    int load_tile = 0, load_chunk = 0;
+    auto load = [&](int stage) {
+      u16* st = stages + stage * stage_u16;
+      load_pointwise(st, w_pw, p, k0, (first + load_chunk) * KC);
+      load_taps(st + TILE_N * B_STRIDE, (tile0 + load_tile) * TILE_P, x, p,
+                (first + load_chunk) * KC);
+      if (++load_chunk == chunks) load_chunk = 0, ++load_tile;
+    };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < chunks) {
-        u16* st = stages + s * stage_u16;
-        load_pointwise(st, w_pw, p, k0, (first + s) * KC);
-        load_taps(st + TILE_N * B_STRIDE, rows, x, p, (first + s) * KC);
-      }
+      if (s < steps) load(s);
       cp_async_commit();
     }
-    for (int chunk = 0; chunk < chunks; ++chunk) {
+    int tile = 0, chunk = 0;
+    for (int step = 0; step < steps; ++step) {
       cp_async_wait<STAGES - 2>();
-      __syncthreads();  // stage `chunk` has landed; A and stage chunk - 1 are free again
-      const int next = chunk + STAGES - 1;
-      if (next < chunks) {
-        u16* st = stages + (next % STAGES) * stage_u16;
-        load_pointwise(st, w_pw, p, k0, (first + next) * KC);
-        load_taps(st + TILE_N * B_STRIDE, rows, x, p, (first + next) * KC);
-      }
+      __syncthreads();  // stage `step` has landed; A and stage step - 1 are free again
+      if (step + STAGES - 1 < steps) load((step + STAGES - 1) % STAGES);
       cp_async_commit();
-      const u16* st = stages + (chunk % STAGES) * stage_u16;
-      fill_from_taps<CP>(a, st + TILE_N * B_STRIDE, rows, (first + chunk) * KC, w_dw, scale,
-                         shift, p);
+      const u16* st = stages + (step % STAGES) * stage_u16;
+      const int tile_pix0 = (tile0 + tile) * TILE_P;
+      fill_from_taps<CP>(a, st + TILE_N * B_STRIDE, pixels - tile_pix0, (first + chunk) * KC,
+                         w_dw, scale, shift, p);
       __syncthreads();  // A is visible
       warp_chunk(acc, a, B_STRIDE, st, wm, wn);
+      if (++chunk == chunks && C_SPLIT == 1) {
+        store_outputs(acc, y, b_pw, p, k0, wm, wn, [&](int row) {
+          return tile_pix0 + row < pixels ? (long)(tile_pix0 + row) : -1L;
+        });
+        acc.clear();
+        chunk = 0;
+        ++tile;
+      }
     }
   } else {
     u16* as = smem;                          // [2][TILE_P][B_STRIDE]
@@ -110,6 +121,6 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   cluster_reduce_store<C_SPLIT>(acc, reinterpret_cast<float*>(smem), y, b_pw, p, k0, wm, wn,
                                 pixel_of);
 #else
-  store_outputs(acc, y, b_pw, p, k0, wm, wn, pixel_of);
+  if (!staged) store_outputs(acc, y, b_pw, p, k0, wm, wn, pixel_of);
 #endif
 }
