@@ -65,11 +65,11 @@ class DwsepChunked(DwsepFamily):
     def configs(self, operator: str) -> list[dict[str, Any]]:
         out = []
         for tile_p in (32, 64, 128):
-            for tile_k in (16, 32, 64, 128):
+            for tile_k in (32, 64):
                 threads = tile_p * tile_k // 16
                 if not 64 <= threads <= 512:
                     continue
-                for chunk in (8, 16, 32):
+                for chunk in (8, 32):
                     if 4 * chunk * (tile_p + tile_k + 2) <= 48 * 1024:  # static shared memory
                         out.append({"tile_p": tile_p, "tile_k": tile_k, "chunk": chunk})
         return out
@@ -141,7 +141,7 @@ class DwsepResident(DwsepTensorCore):
     def configs(self, operator: str) -> list[dict[str, Any]]:
         return [{**layout, "kc": kc, "stages": 3, "k_blocks": k_blocks}
                 for layout in self.warp_layouts() if layout["tile_p"] <= 64
-                for kc in (32, 64) for k_blocks in (1, 2, 4, 16)]
+                for kc in (32, 64) for k_blocks in (1, 2, 4)]
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
         """k_blocks shapes the grid only: instances differing in it share a code object."""
@@ -179,9 +179,10 @@ class DwsepStream(DwsepTensorCore):
     source_file = "dwsep/stream.cu"
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        return [{**layout, "kc": kc, "stages": 2, "c_split": c_split, "tiles": tiles}
+        return [{**layout, "kc": kc, "stages": stages, "c_split": c_split, "tiles": tiles}
                 for layout in self.warp_layouts() for kc in (32, 64)
-                for c_split, tiles in ((1, 1), (1, 4), (2, 1), (4, 1), (8, 1))]
+                for stages, c_split, tiles in ((2, 1, 1), (3, 1, 1), (2, 1, 4), (2, 2, 1),
+                                               (3, 2, 1), (2, 4, 1), (2, 8, 1))]
 
     @staticmethod
     def staged(p: DwsepProblem) -> bool:
