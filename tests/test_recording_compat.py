@@ -68,7 +68,8 @@ def test_a_shipped_recording_replays_its_rows():
         assert result.status == "ok" and result.median_us == row["median_us"]
 
 
-@pytest.mark.parametrize("name", ["h100-standard.parquet", "h100-groupnorm.parquet"])
+@pytest.mark.parametrize("name", ["h100-standard.parquet", "h100-groupnorm.parquet",
+                                  "h100-dwsep.parquet"])
 def test_every_recorded_vendor_row_still_replays(name):
     """The vendor instance of each operator keeps the source hash its rows were recorded with
     (the hash of OperatorSpec.vendor_source), so the baseline replays beside the farm's rows."""

@@ -32,7 +32,8 @@ from kernels.registry import get_family
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 STANDARD_SWEEP = tuple(EXAMPLES / f"all_networks_{d}.yaml" for d in ("fwd", "bwd_data",
                                                                     "bwd_weight"))
-DEMO_SWEEP = (*STANDARD_SWEEP, EXAMPLES / "groupnorm_networks.yaml")  # every operator
+DEMO_SWEEP = (*STANDARD_SWEEP, EXAMPLES / "groupnorm_networks.yaml",
+              EXAMPLES / "dwsep_networks.yaml")  # every operator
 
 
 def has_measurer(config: CoordinatorConfig) -> bool:

@@ -1,0 +1,108 @@
+"""The dwsep_fwd families without a GPU: their configuration spaces, the rules that refuse an
+instance (shared memory, cluster splits, staged taps), every network problem
+served by each tensor-core family, the launch geometry, and each family's largest
+configuration compiled by NVRTC for sm_90a with no spill."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from kernels.dwsep.families import SMEM_OPT_IN
+from kernels.registry import families_for, get_family, operator_spec
+
+OP = "dwsep_fwd"
+NETWORKS = Path(__file__).resolve().parents[1] / "jobs" / "networks" / "dwsep"
+
+
+def problem(**fields):
+    base = dict(N=1, C=64, H=14, W=14, K=64, R=3, S=3, pad=1)
+    return operator_spec(OP).problem("bf16", {**base, **fields})
+
+
+def instance(family: str, **settings):
+    found = [i for i in get_family(family).instances(OP, "bf16")
+             if all(i.settings[k] == v for k, v in settings.items())]
+    assert found, f"no {family} instance with {settings}"
+    return found[0]
+
+
+def network_problems():
+    shapes = []
+    for path in sorted(NETWORKS.glob("*_n*.csv")):
+        with path.open() as f:
+            shapes += [problem(**{k: v for k, v in row.items() if k not in ("network", "layer")})
+                       for row in csv.DictReader(f)]
+    return shapes
+
+
+def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
+    for family in families_for(OP):
+        names = [i.name for i in family.instances(OP, "bf16")]
+        assert len(names) == len(set(names)), family.name
+    assert not get_family("dwsep_stream").instances(OP, "fp32")
+    assert not get_family("dwsep_resident").instances(OP, "fp32")
+    assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
+
+
+def test_every_network_problem_is_served_by_each_family_within_shared_memory():
+    problems = network_problems()
+    assert len(problems) >= 250
+    for name in ("dwsep_chunked", "dwsep_resident", "dwsep_stream"):
+        family = get_family(name)
+        for p in problems:
+            served = [i for i in family.instances(OP, "bf16") if family.applicable(i, p) is None]
+            assert served, f"no {name} instance serves {p.label()}"
+            if name != "dwsep_chunked":
+                assert max(family.shared_bytes(i.settings, p) for i in served) <= SMEM_OPT_IN
+
+
+def test_the_rules_name_what_they_refuse():
+    resident, stream = get_family("dwsep_resident"), get_family("dwsep_stream")
+    wide = problem(C=2048, K=2048, H=10, W=10)
+    big_tile = instance("dwsep_resident", tile_p=64, tile_n=128, kc=64, k_blocks=1)
+    assert "shared memory" in resident.applicable(big_tile, wide)
+    assert resident.applicable(instance("dwsep_resident", tile_p=16, k_blocks=1), wide) is None
+    assert "k_blocks" in resident.applicable(
+        instance("dwsep_resident", tile_n=128, k_blocks=4), problem(K=256))
+    split8 = instance("dwsep_stream", kc=64, c_split=8)
+    assert "c_split=8" in stream.applicable(split8, problem(C=64))  # one chunk, eight blocks
+    tiles4 = instance("dwsep_stream", tile_p=32, tiles=4)
+    assert "staged taps" in stream.applicable(tiles4, problem(C=30, N=8))  # C not a multiple of 8
+    assert "staged taps" in stream.applicable(tiles4, problem(multiplier=2, N=8))
+    assert stream.applicable(tiles4, problem(N=8)) is None
+
+
+def test_launch_geometry():
+    p = problem(N=2, C=96, H=15, W=13, K=200, stride=2)  # 2 x 8 x 7 = 112 pixels
+    [launch] = get_family("dwsep_stream").launches(
+        instance("dwsep_stream", tile_p=16, tile_n=64, c_split=2, kc=32), p)
+    assert launch.grid == (7, 4, 2) and launch.block == (128, 1, 1)
+    [launch] = get_family("dwsep_stream").launches(
+        instance("dwsep_stream", tile_p=32, tile_n=64, tiles=4), p)
+    assert launch.grid == (1, 4, 1)
+    [launch] = get_family("dwsep_resident").launches(
+        instance("dwsep_resident", tile_p=16, tile_n=64, k_blocks=2, kc=32), p)
+    assert launch.grid == (7, 2, 1)
+    assert launch.shared_bytes == 2 * 16 * (96 + 8) + 2 * 3 * 64 * 40 + 12 * 16
+
+
+@pytest.mark.parametrize("family,settings", [
+    ("dwsep_resident", dict(tile_p=64, tile_n=256, kc=64)),
+    ("dwsep_stream", dict(tile_p=128, tile_n=128, kc=64, stages=3, c_split=2)),
+    ("dwsep_stream", dict(tile_p=64, tile_n=128, kc=32, tiles=4)),
+])
+def test_largest_configurations_compile_without_spills(family, settings):
+    cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)
+    f = get_family(family)
+    compiler = cuda.NvrtcCompiler()
+    try:
+        result = compiler.compile(f.source(), defines=f.defines(instance(family, **settings)),
+                                  target="sm_90a", timeout_s=600)
+    finally:
+        compiler.close()
+    assert result.ok, result.log[-3000:]
+    if result.resources.get("registers") is not None:
+        assert not result.resources.get("spill_bytes"), result.resources
