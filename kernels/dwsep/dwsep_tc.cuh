@@ -30,6 +30,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
                "l"(src), "r"(valid ? 16 : 0));
 }
+// The same through L1 (.ca): for copies whose source other copies of the block read again
+// (neighbouring pixels' taps share most of their inputs).
+__device__ __forceinline__ void cp_async16_l1(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -254,7 +260,8 @@ __device__ __forceinline__ void load_taps(u16* ts, int pix0, const elem_t* __res
       const bool r_in = (unsigned)(h0 + r) < (unsigned)p.H;
       for (int s = 0; s < p.S; ++s) {
         const bool in = r_in && (unsigned)(w0 + s) < (unsigned)p.W;
-        cp_async16(dst + (r * p.S + s) * TILE_P * KC, in ? x + offset + r * wc + s * p.C : x, in);
+        cp_async16_l1(dst + (r * p.S + s) * TILE_P * KC, in ? x + offset + r * wc + s * p.C : x,
+                      in);
       }
     }
   }

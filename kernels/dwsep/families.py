@@ -94,7 +94,7 @@ class DwsepTensorCore(DwsepFamily):
         """Block tiles and their warps: each warp 16 or 32 pixels by 16 to 64 channels."""
         out = []
         for tile_p, tile_n, warps_m, warps_n in (
-                (16, 64, 1, 4), (16, 128, 1, 4), (32, 64, 2, 2), (32, 128, 2, 4),
+                (16, 64, 1, 4), (16, 128, 1, 4), (32, 64, 2, 2), (32, 128, 2, 4), (64, 32, 4, 1),
                 (64, 64, 2, 2), (64, 128, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
                 (128, 128, 4, 2)):
             out.append({"tile_p": tile_p, "tile_n": tile_n, "warps_m": warps_m,
