@@ -15,6 +15,16 @@ from kernels.registry import register
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
 
 
+def pixel_tiles(c: dict[str, Any], p: DwsepProblem) -> int:
+    """Tiles of tile_p consecutive output pixels (n, p, q flattened)."""
+    return -(-p.N * p.P * p.Q // c["tile_p"])
+
+
+def chunks(c: dict[str, Any], p: DwsepProblem) -> int:
+    """Chunks of kc of the M*C depthwise channels (the tensor-core families)."""
+    return -(-p.MC // c["kc"])
+
+
 class DwsepFamily(KernelFamily):
     """What the dwsep families share: one launch of the kernel named after the family, over a
     grid of pixel tiles (x) by output-channel tiles (y); the grid's limits and the operator
@@ -24,11 +34,15 @@ class DwsepFamily(KernelFamily):
 
     def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, ...]:
         """(pixel tiles, channel tiles[, z]): consecutive pixels by default."""
-        return -(-p.N * p.P * p.Q // c["tile_p"]), -(-p.K // c["tile_k"])
+        return pixel_tiles(c, p), -(-p.K // c["tile_k"])
 
     def threads(self, c: dict[str, Any]) -> int:
-        """Warps of 32 x 32 outputs (the tensor-core families)."""
-        return 32 * (c["tile_p"] // 32) * (c["tile_k"] // 32)
+        """Threads per block."""
+        raise NotImplementedError
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        """Dynamic shared memory of a launch (none by default)."""
+        return 0
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         return None
@@ -51,7 +65,8 @@ class DwsepFamily(KernelFamily):
     def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
         c = instance.settings
         return [Launch(self.name, (*self.grid(c, problem), 1, 1)[:3], (self.threads(c), 1, 1),
-                       (*tensor_args(problem), dwsep_params(problem)))]
+                       (*tensor_args(problem), dwsep_params(problem)),
+                       shared_bytes=self.shared_bytes(c, problem))]
 
 
 class DwsepChunked(DwsepFamily):
@@ -105,26 +120,18 @@ class DwsepTensorCore(DwsepFamily):
         return 32 * c["warps_m"] * c["warps_n"]
 
     def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
-        return -(-p.N * p.P * p.Q // c["tile_p"]), -(-p.K // c["tile_n"])
+        return pixel_tiles(c, p), -(-p.K // c["tile_n"])
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
         """The weight's stages and the rows' descriptors (3 x int32 each)."""
         return 2 * c["stages"] * c["tile_n"] * (c["kc"] + 8) + 12 * c["tile_p"]
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
-        largest = max(p.N * p.H * p.W * p.C, p.N * p.P * p.Q * p.K, p.K * p.MC)
-        if largest >= 2**31:
-            return f"a tensor of {largest} elements: the kernel's offsets are 32-bit"
+        """32-bit offsets need no rule: the shape record refuses tensors of 2^31 elements."""
         need = self.shared_bytes(instance.settings, p)
         if need > SMEM_OPT_IN:
             return f"needs {need} bytes of shared memory for MC={p.MC}, above {SMEM_OPT_IN}"
         return None
-
-    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
-        c = instance.settings
-        return [Launch(self.name, (*self.grid(c, problem), 1, 1)[:3], (self.threads(c), 1, 1),
-                       (*tensor_args(problem), dwsep_params(problem)),
-                       shared_bytes=self.shared_bytes(c, problem))]
 
 
 class DwsepResident(DwsepTensorCore):
@@ -154,7 +161,7 @@ class DwsepResident(DwsepTensorCore):
         return tiles, min(tiles_k, c["k_blocks"])
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
-        width = -(-p.MC // c["kc"]) * c["kc"]
+        width = chunks(c, p) * c["kc"]
         return 2 * c["tile_p"] * (width + 8) + super().shared_bytes(c, p)
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
@@ -194,9 +201,7 @@ class DwsepStream(DwsepTensorCore):
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
         if self.staged(p):
-            all_chunks = -(-p.MC // c["kc"])
-            steps = min(all_chunks, -(-all_chunks // c["c_split"])) * min(
-                c["tiles"], -(-p.N * p.P * p.Q // c["tile_p"]))
+            steps = -(-chunks(c, p) // c["c_split"]) * min(c["tiles"], pixel_tiles(c, p))
             stage = 2 * (c["tile_n"] * (c["kc"] + 8) + p.R * p.S * c["tile_p"] * c["kc"])
             pipeline = 2 * c["tile_p"] * (c["kc"] + 8) + min(c["stages"], steps) * stage
         else:
@@ -208,11 +213,11 @@ class DwsepStream(DwsepTensorCore):
         c = instance.settings
         if c["tiles"] > 1 and not self.staged(p):
             return "tiles > 1 needs staged taps: multiplier 1 and C a multiple of 8"
-        if c["tiles"] > 1 and -(-p.N * p.P * p.Q // c["tile_p"]) <= c["tiles"]:
+        if c["tiles"] > 1 and pixel_tiles(c, p) <= c["tiles"]:
             return f"{p.N * p.P * p.Q} pixels make one block of {c['tiles']} tiles at most"
-        chunks = -(-p.MC // c["kc"])
-        if c["c_split"] > 1 and (c["c_split"] - 1) * -(-chunks // c["c_split"]) >= chunks:
-            return (f"MC={p.MC} has {chunks} chunks of {c['kc']}: c_split={c['c_split']} "
+        count = chunks(c, p)
+        if c["c_split"] > 1 and (c["c_split"] - 1) * -(-count // c["c_split"]) >= count:
+            return (f"MC={p.MC} has {count} chunks of {c['kc']}: c_split={c['c_split']} "
                     "leaves a block without one")
         return super().refuses(instance, p)
 
