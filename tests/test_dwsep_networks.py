@@ -6,29 +6,16 @@ torchvision), every CSV row as a valid `dwsep_fwd` shape, and that the CSVs on d
 script generates now."""
 
 import csv
-import importlib.util
 import re
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from kernels.dwsep.problem import DWSEP_ACTIVATIONS, DwsepProblem
+from tests.jobs_scripts import load_script
 
-JOBS = Path(__file__).resolve().parents[1] / "jobs"
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-dw = _load("jobs_dwsep_networks", JOBS / "dwsep_networks.py")
-convs = _load("jobs_networks_for_dwsep", JOBS / "networks.py")
+dw = load_script("jobs_dwsep_networks", "dwsep_networks.py")
+convs = load_script("jobs_networks_for_dwsep", "networks.py")
 
 # Depthwise convolutions per network, each followed by a pointwise convolution:
 #   mobilenet_v1: 13 depthwise-separable blocks (Howard et al. 2017, Table 1)

@@ -9,26 +9,14 @@ UNet2DConditionModel (SD 1.5 config at 64x64, SD 2 config at 96x96), Autoencoder
 exactly these sequences."""
 
 import csv
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-JOBS = Path(__file__).resolve().parents[1] / "jobs"
+from tests.jobs_scripts import load_script
 
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gn = _load("jobs_groupnorm_networks", JOBS / "groupnorm_networks.py")
-convs = _load("jobs_networks_for_groupnorm", JOBS / "networks.py")
+gn = load_script("jobs_groupnorm_networks", "groupnorm_networks.py")
+convs = load_script("jobs_networks_for_groupnorm", "networks.py")
 
 # GroupNorm layers per network, counted from the module definitions:
 #   resnet50_gn: one norm per conv: 1 stem + 16 bottlenecks x 3 + 4 downsample = 53

@@ -2,24 +2,12 @@
 validity of every CSV row, and that the CSVs on disk are what the script generates now."""
 
 import csv
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "jobs" / "networks.py"
+from tests.jobs_scripts import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("jobs_networks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-networks = _load()
+networks = load_script("jobs_networks", "networks.py")
 
 # Number of conv layers: nn.Conv2d modules in the torchvision model (SE fc1/fc2 are Conv2d).
 #   resnet50, resnext50_32x4d: 1 stem + 16 bottlenecks x 3 + 4 downsample = 53
