@@ -3,20 +3,18 @@ families and the vendor pair (PyTorch) verified against the GPU reference on the
 in bf16 and fp16. A wrong or crashing instance fails, as does a vendor row that is not ok.
 Skipped where there is no GPU."""
 
-from collections import Counter
 
 import pytest
 
 from farm.gpu import list_devices
-from farm.timing import TimingPolicy
-from kernels.registry import get_family, operator_spec
+from kernels.registry import operator_spec
+from tests.gpu_verify import verify_on_edges
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
 
 OP = "dwsep_fwd"
 FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "vendor")
-VERIFY_ONLY = TimingPolicy(warmup=0, min_repeats=1, max_repeats=1, flush_l2=False, timeout_s=30)
 EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
     dict(N=1, C=15, H=8, W=8, K=9, R=3, S=3, stride=2, pad=1),  # odd C and K
@@ -39,24 +37,6 @@ def worker():
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_every_instance_and_the_vendor_are_right_on_the_edges(worker, dtype):
     spec = operator_spec(OP)
-    families = [get_family(name) for name in FAMILIES]
-    instances = [i for f in families for i in f.instances(OP, dtype)]
-    failures, statuses, worst = [], Counter(), {}
-    for fields in EDGES:
-        problem = spec.problem(dtype, fields)
-        served = Counter()
-        for instance, result in worker.measure_problem(problem, instances, VERIFY_ONLY):
-            statuses[instance.family, result.status] += 1
-            if result.status == "ok":
-                served[instance.family] += 1
-                previous = worst.get(instance.family, (0.0, ""))
-                if (result.verify_error or 0.0) > previous[0]:
-                    worst[instance.family] = (result.verify_error, problem.label())
-            elif result.status != "unsupported" or instance.family == "vendor":
-                failures.append(f"{instance.name} on {problem.label()}: {result.status} "
-                                f"{result.message}")
-        for family in FAMILIES:
-            if not served[family]:
-                failures.append(f"no {family} instance serves {problem.label()} {dtype}")
-    print(dtype, dict(statuses), "worst relative L2 error:", worst)
+    failures = verify_on_edges(worker, OP, dtype, FAMILIES,
+                               (spec.problem(dtype, fields) for fields in EDGES))
     assert not failures, "\n".join(failures[:40])

@@ -5,21 +5,17 @@ both layouts and every element type. A wrong or crashing instance fails, as does
 that is not ok; unsupported is allowed where the family's rules say so, but every shape must be
 served by an instance of each family. Skipped where there is no GPU."""
 
-from collections import Counter
-
 import numpy as np
 import pytest
 
 from farm.gpu import list_devices
-from farm.timing import TimingPolicy
 from kernels.groupnorm.problem import GroupNormProblem
-from kernels.registry import get_family
+from tests.gpu_verify import verify_on_edges
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
 
 OP = "groupnorm_bwd"
-VERIFY_ONLY = TimingPolicy(warmup=0, min_repeats=1, max_repeats=1, flush_l2=False, timeout_s=30)
 EDGES = [  # (N, C, H, W, G)
     (2, 64, 7, 7, 1),        # G=1, 7x7
     (2, 32, 9, 9, 32),       # G=C: C/G=1 (H*W=81)
@@ -83,25 +79,8 @@ def test_statistics_and_reference_match_numpy(worker, dtype, layout):
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_every_instance_and_the_vendor_are_right_on_the_edges(worker, dtype):
-    families = [get_family(name) for name in ("gn_onepass", "gn_twopass", "vendor")]
-    instances = [i for f in families for i in f.instances(OP, dtype)]
-    failures, statuses, worst = [], Counter(), {}
-    for shape in EDGES:
-        for layout in ("nhwc", "nchw"):
-            problem = GroupNormProblem(OP, *shape, layout, dtype)
-            served = Counter()
-            for instance, result in worker.measure_problem(problem, instances, VERIFY_ONLY):
-                statuses[instance.family, result.status] += 1
-                if result.status == "ok":
-                    served[instance.family] += 1
-                    previous = worst.get(instance.family, (0.0, ""))
-                    if (result.verify_error or 0.0) > previous[0]:
-                        worst[instance.family] = (result.verify_error, problem.label())
-                elif result.status != "unsupported" or instance.family == "vendor":
-                    failures.append(f"{instance.name} on {problem.label()}: {result.status} "
-                                    f"{result.message}")
-            for family in ("gn_onepass", "gn_twopass", "vendor"):
-                if not served[family]:
-                    failures.append(f"no {family} instance serves {problem.label()} {dtype}")
-    print(dtype, dict(statuses), "worst relative L2 error:", worst)
+    problems = (GroupNormProblem(OP, *shape, layout, dtype)
+                for shape in EDGES for layout in ("nhwc", "nchw"))
+    failures = verify_on_edges(worker, OP, dtype, ("gn_onepass", "gn_twopass", "vendor"),
+                               problems)
     assert not failures, "\n".join(failures[:40])
