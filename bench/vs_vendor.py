@@ -8,11 +8,17 @@ GB/s on the minimal bytes against the copy bandwidth measured in the same run; g
 per operator and batch size. Writes bench/results/vs_vendor.json (or --name) and every pair to
 its _pairs.parquet.
 
+With --compiled (the default for the operators in COMPILED_BY_DEFAULT), the vendor call through
+torch.compile is a second baseline, verified and timed in the same run by the same policy,
+compiled once per shape before it is timed: compiled_us and speedup_vs_compiled per shape,
+null with compiled_error where it did not compile or was wrong.
+
 With --recording FILE no GPU is needed: the table is read from a recording (`farm record`, or
 bench/farm_throughput.py --record), whose every pair, the vendor's included, was measured on
 the recorded GPU by the farm's default policy; it is written as vs_vendor_networks.json, with
 geometric means per operator, per network and per shape class.
 Usage: python -m bench.vs_vendor [--shapes anchors|networks|all] [--ops ...] [--batch 32 ...]
+                                 [--compiled | --no-compiled]
        python -m bench.vs_vendor --ops groupnorm_bwd --shapes networks --batch 8 32
        python -m bench.vs_vendor --recording jobs/recordings/h100-standard.parquet [--out DIR]
 """
@@ -36,9 +42,12 @@ from farm.worker import GpuWorker
 from kernels import families_for
 from kernels.conv.anchors import ANCHORS
 from kernels.registry import operator_spec
+from kernels.vendor import FAMILY as VENDOR
+from kernels.vendor import forget_compiled, is_compiled
 
 POLICY = TimingPolicy(warmup=1, min_repeats=5, max_repeats=50, budget_ms=30, timeout_s=10)
 NAIVE = ("conv_naive",)  # reference-speed families, never the best
+COMPILED_BY_DEFAULT = ("dwsep_fwd",)  # the torch.compile baseline unless --no-compiled
 
 
 def network_rows(op: str, batch: int | None = None) -> list[dict]:
@@ -93,7 +102,7 @@ def geomean(values) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def from_recording(path: Path, out: str | None) -> None:
+def from_recording(path: Path, out: str | None, name: str = "vs_vendor_networks") -> None:
     """The vendor comparison over every shape of a recorded sweep (no GPU needed)."""
     recording = read_recording(path)
     frame = recording.frame[recording.frame["status"] == "ok"]
@@ -114,7 +123,7 @@ def from_recording(path: Path, out: str | None) -> None:
         ours_us, vendor_us = float(ours["median_us"].iloc[0]), \
             (float(vendor.iloc[0]) if len(vendor) else None)
         names = layers[op].get(problem.geometry(), [problem.label()])
-        table.append({"op": op, "problem": problem.label(), "layers": names,
+        table.append({"op": op, "problem": problem.label(), "batch": problem.N, "layers": names,
                       "networks": sorted({n.split()[0] for n in names}),
                       "kind": spec.shape_class(problem), "ours_us": ours_us,
                       "best_instance": str(ours["instance"].iloc[0]),
@@ -136,7 +145,13 @@ def from_recording(path: Path, out: str | None) -> None:
                             "geomean": geomean(e["speedup"] for e in entries if e["kind"] == k)}
                         for k in kinds},
             "by_network": {n: geomean(e["speedup"] for e in entries if n in e["networks"])
-                           for n in networks}}
+                           for n in networks},
+            "by_batch": {b: {"shapes": sum(e["batch"] == b for e in entries),
+                             "geomean": geomean(e["speedup"] for e in entries if e["batch"] == b),
+                             "by_network": {n: geomean(e["speedup"] for e in entries
+                                                       if e["batch"] == b and n in e["networks"])
+                                            for n in networks}}
+                         for b in sorted({e["batch"] for e in entries})}}
         print(f"{op:18} {summary[op]['shapes']:4} shapes  geomean x{summary[op]['geomean']:.3f}  "
               f"wins {summary[op]['wins']}  " + "  ".join(
                   f"{k} x{v['geomean'] or float('nan'):.2f} ({v['shapes']})"
@@ -144,7 +159,7 @@ def from_recording(path: Path, out: str | None) -> None:
     figures = {"recording": path.name, "recording_note": recording.note,
                "policy": json.loads(frame["policy"].iloc[0]) if len(frame) else None,
                "summary": summary, "shapes": table}
-    written = write_result("vs_vendor_networks", recording.environment, figures, out)
+    written = write_result(name, recording.environment, figures, out)
     print(f"wrote {written}")
 
 
@@ -159,9 +174,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[32])
     parser.add_argument("--name", default="vs_vendor", help="result file name")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=None,
+                        help="also time the vendor call through torch.compile (default: for "
+                             f"{', '.join(COMPILED_BY_DEFAULT)})")
     args = parser.parse_args()
     if args.recording:
-        return from_recording(args.recording, args.out)
+        return from_recording(args.recording, args.out,
+                              "vs_vendor_networks" if args.name == "vs_vendor" else args.name)
     worker = GpuWorker()
     copy_gbps = copy_bandwidth_gbps()
     rows, table = [], []
@@ -170,11 +189,16 @@ def main() -> None:
     for op in args.ops:
         instances = [i for f in sorted(families_for(op), key=lambda f: f.measure_order)
                      if f.name not in NAIVE for i in f.instances(op, args.dtype)]
+        with_compiled = op in COMPILED_BY_DEFAULT if args.compiled is None else args.compiled
+        if with_compiled and instances and instances[0].family == VENDOR.name:
+            instances.insert(1, VENDOR.compiled_instance(op, args.dtype))  # after the vendor's
         for batch in args.batch:
             for label, problem in shapes(op, args.shapes, args.dtype, batch):
                 if problem in seen:
                     continue
                 seen.add(problem)
+                if with_compiled:
+                    forget_compiled()
                 results = list(worker.measure_problem(problem, instances, POLICY))
                 for instance, result in results:
                     rows.append({"op": op, "batch": batch, "shape": label,
@@ -182,24 +206,15 @@ def main() -> None:
                                  "instance": instance.name, **result.row(), "policy": None,
                                  "telemetry": None})
                 table.append(entry := summarize(op, batch, label, problem, results, copy_gbps))
+                compiled = (f"compiled {entry['compiled_us'] or float('nan'):9.1f} us  "
+                            if with_compiled else "")
                 print(f"{op:18} {label:32} ours {entry['ours_us'] or float('nan'):9.1f} us "
-                      f"vendor {entry['vendor_us'] or float('nan'):9.1f} us  "
+                      f"vendor {entry['vendor_us'] or float('nan'):9.1f} us  {compiled}"
                       f"x{entry['speedup'] or float('nan'):5.2f}  copy "
                       f"{entry['ours_copy_fraction'] or float('nan'):4.2f}  "
                       f"{entry['best_instance']}  failed={entry['failed']}", flush=True)
-    geomeans = {}
-    for op in args.ops:
-        mine = [e for e in table if e["op"] == op]
-        geomeans[op] = {
-            "all": geomean(e["speedup"] for e in mine),
-            "anchors": geomean(e["speedup"] for e in mine if e["shape"] in dict(ANCHORS)),
-            "shapes": sum(1 for e in mine if e["speedup"]),
-            "copy_fraction": geomean(e["ours_copy_fraction"] for e in mine),
-            "by_batch": {b: {"speedup": geomean(e["speedup"] for e in mine if e["batch"] == b),
-                             "copy_fraction": geomean(e["ours_copy_fraction"] for e in mine
-                                                      if e["batch"] == b),
-                             "shapes": sum(1 for e in mine if e["batch"] == b)}
-                         for b in args.batch}}
+    geomeans = {op: op_geomeans([e for e in table if e["op"] == op], args.batch)
+                for op in args.ops}
     figures = {"dtype": args.dtype, "batch": args.batch, "copy_gbps": copy_gbps,
                "shapes_from": args.shapes, "policy": POLICY.model_dump(),
                "geomean_speedup": geomeans, "shapes": table,
@@ -211,22 +226,49 @@ def main() -> None:
     print(f"wrote {path}")
 
 
+def op_geomeans(entries: list[dict], batches: list[int]) -> dict:
+    """One operator's geometric means over its shapes' lines (summarize): the speedup over the
+    vendor and the copy fraction, overall and per batch size, and per batch size the speedup
+    over the vendor call through torch.compile (None where it was not measured)."""
+    return {
+        "all": geomean(e["speedup"] for e in entries),
+        "anchors": geomean(e["speedup"] for e in entries if e["shape"] in dict(ANCHORS)),
+        "shapes": sum(1 for e in entries if e["speedup"]),
+        "copy_fraction": geomean(e["ours_copy_fraction"] for e in entries),
+        "by_batch": {b: {"speedup": geomean(e["speedup"] for e in entries if e["batch"] == b),
+                         "speedup_vs_compiled": geomean(e["speedup_vs_compiled"]
+                                                        for e in entries if e["batch"] == b),
+                         "copy_fraction": geomean(e["ours_copy_fraction"] for e in entries
+                                                  if e["batch"] == b),
+                         "shapes": sum(1 for e in entries if e["batch"] == b)}
+                     for b in batches}}
+
+
 def summarize(op: str, batch: int, label: str, problem: Problem, results: list,
               copy_gbps: float | None) -> dict:
-    """One shape's line: our best verified instance against the vendor."""
+    """One shape's line: our best verified instance against the vendor, and against the vendor
+    call through torch.compile where that was measured (compiled_error: why it has no time)."""
     ok = [(r.median_us, i) for i, r in results if r.status == "ok"]
     ours = min(((t, i) for t, i in ok if i.family != "vendor"), default=None, key=lambda x: x[0])
-    vendor = next((t for t, i in ok if i.family == "vendor"), None)
+    vendor = next((t for t, i in ok if i.family == "vendor" and not is_compiled(i)), None)
+    compiled = next((r for i, r in results if is_compiled(i)), None)
+    compiled_us = compiled.median_us if compiled and compiled.status == "ok" else None
+    compiled_error = (f"{compiled.status}: {compiled.message}"
+                      if compiled and compiled.status != "ok" else None)
     gbps = problem.min_bytes / ours[0] / 1e3 if ours else None
     return {"op": op, "batch": batch, "shape": label, "problem": problem.label(),
             "kind": operator_spec(op).shape_class(problem),
             "ours_us": ours[0] if ours else None,
             "best_instance": ours[1].name if ours else None, "vendor_us": vendor,
             "speedup": vendor / ours[0] if ours and vendor else None,
+            "compiled_us": compiled_us,
+            "speedup_vs_compiled": compiled_us / ours[0] if ours and compiled_us else None,
+            "compiled_error": compiled_error,
             "ours_tflops": problem.flops / ours[0] / 1e6 if ours else None,
             "ours_gbps": gbps, "ours_copy_fraction": gbps / copy_gbps if gbps and copy_gbps
             else None, "vendor_gbps": problem.min_bytes / vendor / 1e3 if vendor else None,
-            "failed": sum(r.status not in ("ok", "unsupported") for _, r in results)}
+            "failed": sum(r.status not in ("ok", "unsupported") for i, r in results
+                          if not is_compiled(i))}
 
 
 if __name__ == "__main__":

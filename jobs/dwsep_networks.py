@@ -13,10 +13,10 @@ channels) followed by a 1x1 convolution to K channels, where only a per-channel 
 BatchNorm, folded into a scale and a shift) and an activation stand between the two. One row
 per pair, in forward order: a shape used by k pairs appears k times (no `count` column).
 H x W is the depthwise's input, R x S its filter, `pad` its (symmetric) padding, `stride` its
-stride; `activation` is what the network applies between the stages (none, relu, relu6, silu);
-`pw_bias` is 1 where the pointwise is followed by a BatchNorm (folded into a bias) or has a bias
-of its own. `layer` names the depthwise and pointwise modules in the reference implementation
-("dw+pw"), or the one layer that holds both (Keras' SeparableConv2D).
+stride; `activation` is what the network applies between the stages (none, relu, relu6, silu,
+hardswish); `pw_bias` is 1 where the pointwise is followed by a BatchNorm (folded into a bias)
+or has a bias of its own. `layer` names the depthwise and pointwise modules in the reference
+implementation ("dw+pw"), or the one layer that holds both (Keras' SeparableConv2D).
 
 What stands outside the operator: a BatchNorm after the pointwise becomes its bias, but an
 activation after it (MobileNetV1's ReLU6, Xception's ReLU after some separable convolutions) is
@@ -33,13 +33,12 @@ Networks (multiplier 1 in every one: none of their published ImageNet models use
                       with stride 2 on a 7x7 map; every implementation uses stride 1, as here.
   mobilenet_v2        torchvision mobilenet_v2 (1.0): 17 inverted residuals, depthwise 3x3,
                       BatchNorm, ReLU6, linear projection with BatchNorm. Kept 17, left out 0.
-  mobilenet_v3_large  torchvision mobilenet_v3_large: 15 inverted residuals. Kept 3
-                      (features.1-3: ReLU, no squeeze-excitation), left out 12: 8 with a
-                      squeeze-excitation block between the depthwise and the projection
-                      (features.4-6, 11-15: the SE's channel scales depend on the depthwise's
-                      whole output map, so the projection cannot start before the depthwise
-                      ends), and 4 without one whose activation is hardswish (features.7-10),
-                      which is not one of the operator's activations.
+  mobilenet_v3_large  torchvision mobilenet_v3_large: 15 inverted residuals. Kept 7, those
+                      without squeeze-excitation (features.1-3: ReLU; features.7-10:
+                      hardswish), left out 8: those with a squeeze-excitation block between
+                      the depthwise and the projection (features.4-6, 11-15: the SE's channel
+                      scales depend on the depthwise's whole output map, so the projection
+                      cannot start before the depthwise ends).
   efficientnet_b0     torchvision efficientnet_b0: 16 MBConv blocks, every one with a
                       squeeze-excitation block between the depthwise and the projection
                       (features.1.0 to features.7.0). Kept 0, left out 16; no CSV files.
@@ -81,7 +80,7 @@ OUT_DIR = Path(__file__).resolve().parent / "networks" / "dwsep"
 BATCH_SIZES = (1, 8, 32)
 IMAGE = 224
 XCEPTION_IMAGE = 299
-ACTIVATIONS = ("none", "relu", "relu6", "silu")  # the operator's (kernels/dwsep/problem.py)
+ACTIVATIONS = ("none", "relu", "relu6", "silu", "hardswish")  # kernels/dwsep/problem.py's
 SHAPE_COLUMNS = ("N", "C", "H", "W", "K", "R", "S", "stride", "pad", "multiplier", "activation",
                  "pw_bias")
 COLUMNS = SHAPE_COLUMNS + ("layer",)

@@ -1,7 +1,10 @@
 """vendor: the vendor library (cuDNN on NVIDIA, MIOpen on AMD) through PyTorch, as each operator
 calls it (OperatorSpec.vendor_call), measured by the same policy as every family so each sweep
 carries the baseline side by side. Needs the `vendor` extra (torch) on the worker; selection
-models never pick it."""
+models never pick it.
+
+The same call through torch.compile (compiled_instance) is an instance that no sweep makes:
+bench/vs_vendor.py measures it as a second baseline."""
 
 from __future__ import annotations
 
@@ -9,11 +12,14 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from farm.gpu.base import OTHER, GpuError
 from kernels.family import Instance, KernelFamily, Launch
 from kernels.operator import OperatorSpec, VendorCall
 from kernels.registry import operator_spec, operators, register
+from kernels.source import source_hash
 
 _TYPESTR_OF = {"bf16": "<i2", "fp16": "<f2", "fp32": "<f4"}
+COMPILED = "torch.compile"  # the library setting of the compiled call's instance
 
 
 @functools.cache
@@ -40,6 +46,31 @@ class _DeviceArray:
     def __init__(self, ptr: int, elements: int, typestr: str) -> None:
         self.__cuda_array_interface__ = {"shape": (elements,), "typestr": typestr,
                                          "data": (ptr, False), "version": 3}
+
+
+def is_compiled(instance: Instance) -> bool:
+    """The vendor call through torch.compile (VendorFamily.compiled_instance)."""
+    return instance.family == "vendor" and instance.settings.get("library") == COMPILED
+
+
+def compiled(call: VendorCall) -> VendorCall:
+    """`call` through torch.compile (default mode, static shapes), compiled here by a first run
+    so that no timed launch compiles; a failure (no Triton, say) is a GpuError whose message the
+    pair records."""
+    torch = _torch()
+    try:
+        run = torch.compile(call.run, dynamic=False)
+        run()
+    except Exception as exc:  # noqa: BLE001 - whatever the compiler raises, the run goes on
+        raise GpuError(OTHER, f"torch.compile failed: {type(exc).__name__}: {exc}") from exc
+    return VendorCall(run, call.outputs)
+
+
+def forget_compiled() -> None:
+    """Drop what torch.compile made for earlier shapes. Every shape recompiles the same call,
+    and past Dynamo's recompile limit it would run uncompiled: call this before each shape."""
+    if _why_not_torch() is None:
+        _torch()._dynamo.reset()
 
 
 def _flat(ptr: int, elements: int, dtype: str) -> Any:
@@ -80,6 +111,14 @@ class VendorFamily(KernelFamily):
     def configs(self, operator: str) -> list[dict]:
         return [{"library": "torch"}]
 
+    def compiled_instance(self, operator: str, dtype: str) -> Instance:
+        """The call through torch.compile: not among configs(), so no sweep measures it."""
+        config = {"library": COMPILED}
+        return Instance(family=self.name, operator=operator, dtype=dtype,
+                        config=tuple(config.items()),
+                        name=self.instance_name(operator, dtype, config),
+                        source_hash=source_hash(self.hashed_source(operator)))
+
     def source(self) -> str:
         return "vendor: each operator's PyTorch call (OperatorSpec.vendor_call)"
 
@@ -91,7 +130,10 @@ class VendorFamily(KernelFamily):
         raise TypeError("the vendor family calls a library; it has no launches")
 
     def applicable(self, instance: Instance, problem: Any) -> str | None:
-        return _why_not_torch()
+        why = _why_not_torch()
+        if why is None and is_compiled(instance) and not hasattr(_torch(), "compile"):
+            why = "this PyTorch has no torch.compile (2.0 or later has)"
+        return why
 
     def runnable(self, instance: Instance, problem: Any, device: Any, module: Any,
                  pointers: dict[str, int]) -> VendorRun:
@@ -101,7 +143,7 @@ class VendorFamily(KernelFamily):
         call = spec.vendor_call(problem, flat)
         if call is None:
             raise TypeError(f"{problem.op} has no vendor call")
-        return VendorRun(call)
+        return VendorRun(compiled(call) if is_compiled(instance) else call)
 
 
 FAMILY = register(VendorFamily())

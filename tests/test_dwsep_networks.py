@@ -27,16 +27,18 @@ convs = load_script("jobs_networks_for_dwsep", "networks.py")
 DEPTHWISE = {"mobilenet_v1": 13, "mobilenet_v2": 17, "mobilenet_v3_large": 15,
              "efficientnet_b0": 16, "mnasnet1_0": 17, "xception": 34}
 # Kept: only a per-channel affine and an activation of the operator's between the stages.
-#   mobilenet_v3_large: features.1-3 (ReLU, no SE); out: 8 SE blocks and 4 hardswish blocks
+#   mobilenet_v3_large: features.1-3 (ReLU) and 7-10 (hardswish), no SE; out: 8 SE blocks
 #   efficientnet_b0: every MBConv has squeeze-excitation
-KEPT = {"mobilenet_v1": 13, "mobilenet_v2": 17, "mobilenet_v3_large": 3, "efficientnet_b0": 0,
+KEPT = {"mobilenet_v1": 13, "mobilenet_v2": 17, "mobilenet_v3_large": 7, "efficientnet_b0": 0,
         "mnasnet1_0": 17, "xception": 34}
 LEFT_OUT_REASONS = {
-    "mobilenet_v3_large": {"squeeze-excitation": 8, "hardswish": 4},
+    "mobilenet_v3_large": {"squeeze-excitation": 8},
     "efficientnet_b0": {"squeeze-excitation": 16},
 }
-ACTIVATION = {"mobilenet_v1": "relu6", "mobilenet_v2": "relu6", "mobilenet_v3_large": "relu",
-              "mnasnet1_0": "relu", "xception": "none"}
+# The activation of each kept pair, in forward order.
+ACTIVATIONS = {"mobilenet_v1": ["relu6"] * 13, "mobilenet_v2": ["relu6"] * 17,
+               "mobilenet_v3_large": ["relu"] * 3 + ["hardswish"] * 4,
+               "efficientnet_b0": [], "mnasnet1_0": ["relu"] * 17, "xception": ["none"] * 34}
 
 # MobileNetV1 1.0 224 (Howard et al. 2017): 569 M mult-adds, of which 1x1 convolutions 94.86 %
 # and depthwise 3x3 3.06 % (Table 2); Keras Applications' MobileNet: 4,253,864 parameters,
@@ -65,11 +67,12 @@ def test_pair_counts(net):
     assert len(pairs) == DEPTHWISE[net] == len(kept) + len(out)
     assert len(kept) == KEPT[net]
     assert len({p.layer for p in pairs}) == len(pairs), "layer names are unique"
-    reasons = Counter(next(word for word in ("squeeze-excitation", "hardswish") if word in why)
+    reasons = Counter(next(word for word in ("squeeze-excitation", "activations") if word in why)
                       for _, why in out)
     assert dict(reasons) == LEFT_OUT_REASONS.get(net, {})
+    assert [p.activation for p in kept] == ACTIVATIONS[net]
     for p in kept:
-        assert not p.se and p.activation == ACTIVATION[net], p
+        assert not p.se, p
         assert p.multiplier == 1 and p.pw_bias == 1 and p.pad == (p.R - 1) // 2, p
 
 

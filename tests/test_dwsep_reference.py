@@ -34,8 +34,8 @@ def problem(**fields) -> DwsepProblem:
 
 
 def random_inputs(p: DwsepProblem, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs whose depthwise values spread over about -10..10, so that relu and relu6 cut on
-    both sides; scale keeps its sign positive and away from zero."""
+    """Inputs whose depthwise values spread over about -10..10, so that relu, relu6 and
+    hardswish cut on both sides; scale keeps its sign positive and away from zero."""
     rng = np.random.default_rng(seed)
     shapes = tensor_shapes(p)
     t = {"x": rng.normal(0.0, 2.0, shapes["x"]), "w_dw": rng.normal(0.0, 1.0, shapes["w_dw"]),
@@ -50,7 +50,8 @@ def random_inputs(p: DwsepProblem, seed: int = 0) -> dict[str, np.ndarray]:
 def loop_reference(p: DwsepProblem, t: dict[str, np.ndarray]) -> np.ndarray:
     """The formula, one output element at a time, in Python floats."""
     acts = {"none": lambda v: v, "relu": lambda v: max(v, 0.0),
-            "relu6": lambda v: min(max(v, 0.0), 6.0), "silu": lambda v: v / (1.0 + math.exp(-v))}
+            "relu6": lambda v: min(max(v, 0.0), 6.0), "silu": lambda v: v / (1.0 + math.exp(-v)),
+            "hardswish": lambda v: v * min(max(v + 3.0, 0.0), 6.0) / 6.0}
     act = acts[p.activation]
     x, w_dw, w_pw = t["x"], t["w_dw"], t["w_pw"]
     y = np.zeros((p.N, p.P, p.Q, p.K))
@@ -110,6 +111,7 @@ def test_inputs_reach_every_side_of_the_activations():
     t = random_inputs(p)
     mid = depthwise(t["x"], t["w_dw"], p.stride, p.pad) * t["scale"] + t["shift"]
     assert (mid < 0).mean() > 0.2 and (mid > 6).mean() > 0.05
+    assert (mid < -3).mean() > 0.05 and (abs(mid) < 3).mean() > 0.2 and (mid > 3).mean() > 0.05
 
 
 def test_multiplier_two_reads_each_input_channel_twice():
@@ -133,6 +135,18 @@ def test_activations():
     assert silu[0] == 0.0 and silu[-1] == 1000.0
     with pytest.raises(ValueError, match="gelu"):
         activate(v, "gelu")
+
+
+def test_hardswish():
+    """PyTorch's x * relu6(x + 3) / 6: 0 up to -3, x from 3 on, x * (x + 3) / 6 between (0 at
+    0, negative below it), continuous at both ends."""
+    v = np.array([-1000.0, -3.5, -3.0, -2.5, -0.5, 0.0, 0.5, 2.5, 3.0, 3.5, 1000.0])
+    between = v[3:8] * (v[3:8] + 3.0) / 6.0
+    expected = [0.0, 0.0, 0.0, *between, 3.0, 3.5, 1000.0]
+    np.testing.assert_allclose(activate(v, "hardswish"), expected, rtol=1e-15, atol=0)
+    assert activate(v, "hardswish")[4] < 0 and activate(v, "hardswish")[5] == 0
+    ends = np.array([-3.0 - 1e-9, -3.0 + 1e-9, 3.0 - 1e-9, 3.0 + 1e-9])
+    np.testing.assert_allclose(activate(ends, "hardswish"), [0.0, 0.0, 3.0, 3.0], atol=1e-8)
 
 
 def test_flat_tensors_and_shapes():
@@ -296,6 +310,7 @@ def test_defaults_and_conversion():
                                                        "R": 3, "S": 3})
     assert p.numbers()["activation"] == 0
     assert problem(activation="silu").numbers()["activation"] == 3
+    assert problem(activation="hardswish").numbers()["activation"] == 4
     assert problem(activation="relu").geometry() == problem(activation="relu6").geometry()
     assert problem().key != problem(activation="relu").key
 
@@ -307,7 +322,7 @@ def test_defaults_and_conversion():
     (dict(stride=3), "stride=3"),
     (dict(multiplier=3), "multiplier=3"),
     (dict(pw_bias=2), "pw_bias=2"),
-    (dict(activation="hardswish"), "unknown activation 'hardswish'"),
+    (dict(activation="gelu"), "unknown activation 'gelu'"),
     (dict(pad=3), "pad=3 is not below the filter's R=3"),
     (dict(S=1, pad=1), "pad=1 is not below the filter's S=1"),
     (dict(H=1, pad=0), "output size"),

@@ -4,7 +4,9 @@
 #include "../common.cuh"
 
 // The activation's index in DWSEP_ACTIVATIONS (kernels/dwsep/problem.py).
-enum DwsepActivation { DWSEP_NONE = 0, DWSEP_RELU = 1, DWSEP_RELU6 = 2, DWSEP_SILU = 3 };
+enum DwsepActivation {
+  DWSEP_NONE = 0, DWSEP_RELU = 1, DWSEP_RELU6 = 2, DWSEP_SILU = 3, DWSEP_HARDSWISH = 4
+};
 
 // Passed by value as a kernel's last argument (15 x int32). MC = M * C.
 struct DwsepParams {
@@ -17,6 +19,7 @@ __device__ __forceinline__ float dwsep_activate(float v, int activation) {
     case DWSEP_RELU: return v > 0.0f ? v : 0.0f;
     case DWSEP_RELU6: return v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f;
     case DWSEP_SILU: return v / (1.0f + expf(-v));
+    case DWSEP_HARDSWISH: return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
     default: return v;
   }
 }

@@ -15,10 +15,11 @@ Every tensor is in the problem's element type; accumulation is fp32 or wider.
 
 Fields: N, C, H, W (the depthwise's input), K, R, S (its filter), stride (1 or 2, both axes),
 pad (zero padding on every side, both axes), multiplier (1 or 2), activation (none, relu,
-relu6, silu) and pw_bias (0 or 1). Defaults: stride 1, multiplier 1, activation none, pw_bias
-0. `pad` has none: every network pads a depthwise by (R-1)//2, which a constant default cannot
-say for every R (DEFAULTS are values, filled in as they are by the spec and network-table
-readers), and a default of 0 would quietly describe a different layer.
+relu6, silu, hardswish: x * relu6(x + 3) / 6) and pw_bias (0 or 1). Defaults: stride 1,
+multiplier 1, activation none, pw_bias 0. `pad` has none: every network pads a depthwise by
+(R-1)//2, which a constant default cannot say for every R (DEFAULTS are values, filled in as
+they are by the spec and network-table readers), and a default of 0 would quietly describe a
+different layer.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ DWSEP_FIELDS = ("N", "C", "H", "W", "K", "R", "S", "stride", "pad", "multiplier"
 DWSEP_DEFAULTS: dict[str, Any] = {"stride": 1, "multiplier": 1, "activation": "none",
                                   "pw_bias": 0}
 # An activation's number (Problem.numbers) is its index here, and so is its code in the kernels
-# (reference.cu's DwsepActivation).
-DWSEP_ACTIVATIONS = ("none", "relu", "relu6", "silu")
+# (dwsep_common.cuh's DwsepActivation).
+DWSEP_ACTIVATIONS = ("none", "relu", "relu6", "silu", "hardswish")
 DWSEP_LAYOUT = "NHWC"
 STRIDES = (1, 2)
 MULTIPLIERS = (1, 2)

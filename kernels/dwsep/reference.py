@@ -16,7 +16,8 @@ from kernels.dwsep.problem import DWSEP_ACTIVATIONS, DwsepProblem
 
 
 def activate(v: np.ndarray, activation: str) -> np.ndarray:
-    """none: v; relu: max(v, 0); relu6: min(max(v, 0), 6); silu: v * sigmoid(v)."""
+    """none: v; relu: max(v, 0); relu6: min(max(v, 0), 6); silu: v * sigmoid(v);
+    hardswish: v * relu6(v + 3) / 6."""
     if activation == "none":
         return v
     if activation == "relu":
@@ -26,6 +27,8 @@ def activate(v: np.ndarray, activation: str) -> np.ndarray:
     if activation == "silu":
         e = np.exp(-np.abs(v))  # in (0, 1]: no overflow
         return v * np.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    if activation == "hardswish":
+        return v * np.clip(v + 3.0, 0.0, 6.0) / 6.0
     raise ValueError(f"unknown activation {activation!r}; known: {', '.join(DWSEP_ACTIVATIONS)}")
 
 

@@ -1,0 +1,145 @@
+"""bench/vs_vendor.py without a GPU: a shape's line and the geometric means with the vendor call
+through torch.compile as a second baseline (timed, failed, or not measured), and that call's
+instance and compile step in kernels/vendor.py, with a stand-in for PyTorch."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench.vs_vendor import from_recording, geomean, op_geomeans, summarize
+from farm.gpu.base import GpuError
+from farm.measure import PairResult
+from kernels import vendor
+from kernels.family import Instance
+from kernels.operator import VendorCall
+from kernels.registry import operator_spec
+
+OP = "dwsep_fwd"
+PROBLEM = operator_spec(OP).problem("bf16", dict(N=1, C=32, H=14, W=14, K=64, R=3, S=3, pad=1))
+EAGER = vendor.FAMILY.instances(OP, "bf16")[0]
+COMPILED = vendor.FAMILY.compiled_instance(OP, "bf16")
+OURS = Instance(family="dwsep_stream", operator=OP, dtype="bf16", config=(("tile_p", 64),),
+                name="stream_dwsep_fwd_bf16_tile_p64", source_hash="0")
+
+
+def ok(us: float) -> PairResult:
+    return PairResult("ok", median_us=us)
+
+
+def line(*results) -> dict:
+    return summarize(OP, 1, "net layer", PROBLEM, list(results), copy_gbps=3000.0)
+
+
+def test_the_compiled_call_is_an_instance_no_sweep_makes():
+    assert [i.settings for i in vendor.FAMILY.instances(OP, "bf16")] == [{"library": "torch"}]
+    assert COMPILED.settings == {"library": "torch.compile"} and COMPILED.key != EAGER.key
+    assert vendor.is_compiled(COMPILED) and not vendor.is_compiled(EAGER)
+    assert not vendor.is_compiled(OURS)
+
+
+def test_a_line_with_both_baselines():
+    entry = line((EAGER, ok(30.0)), (COMPILED, ok(20.0)), (OURS, ok(10.0)))
+    assert (entry["vendor_us"], entry["speedup"]) == (30.0, 3.0)
+    assert (entry["compiled_us"], entry["speedup_vs_compiled"]) == (20.0, 2.0)
+    assert entry["compiled_error"] is None and entry["failed"] == 0
+
+
+def test_a_compiled_call_that_failed_is_null_with_its_error():
+    failed = PairResult("launch_error", message="other: torch.compile failed: no Triton")
+    entry = line((EAGER, ok(30.0)), (COMPILED, failed), (OURS, ok(10.0)),
+                 (OURS, PairResult("wrong_result", message="off")))
+    assert (entry["vendor_us"], entry["speedup"]) == (30.0, 3.0)
+    assert entry["compiled_us"] is None and entry["speedup_vs_compiled"] is None
+    assert entry["compiled_error"] == "launch_error: other: torch.compile failed: no Triton"
+    assert entry["failed"] == 1  # ours; the compiled call's failure is its own field
+    # a fast compiled call is never taken for the vendor's when the vendor's failed
+    entry = line((EAGER, PairResult("launch_error")), (COMPILED, ok(5.0)), (OURS, ok(10.0)))
+    assert entry["vendor_us"] is None and entry["speedup_vs_compiled"] == 0.5
+
+
+def test_a_line_without_the_compiled_call():
+    entry = line((EAGER, ok(30.0)), (OURS, ok(10.0)))
+    assert entry["speedup"] == 3.0
+    assert entry["compiled_us"] is entry["speedup_vs_compiled"] is entry["compiled_error"] is None
+
+
+def test_geomeans_per_batch_over_the_compiled_call():
+    entries = [line((EAGER, ok(40.0)), (COMPILED, ok(20.0)), (OURS, ok(10.0))),
+               line((EAGER, ok(10.0)), (COMPILED, ok(80.0)), (OURS, ok(10.0))),
+               line((EAGER, ok(30.0)), (COMPILED, PairResult("wrong_result")), (OURS, ok(10.0)))]
+    entries[2]["batch"] = 32
+    means = op_geomeans(entries, [1, 32])
+    assert means["by_batch"][1]["speedup"] == pytest.approx(2.0)  # 4 and 1
+    assert means["by_batch"][1]["speedup_vs_compiled"] == pytest.approx(4.0)  # 2 and 8
+    assert means["by_batch"][32]["speedup"] == pytest.approx(3.0)
+    assert means["by_batch"][32]["speedup_vs_compiled"] is None
+    assert means["all"] == pytest.approx(math.prod([4.0, 1.0, 3.0]) ** (1 / 3))
+    assert means["shapes"] == 3
+
+
+class FakeTorch:
+    """torch.compile and torch._dynamo.reset as far as kernels/vendor.py uses them."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error, self.compiled, self.resets = error, 0, 0
+        self.cuda = SimpleNamespace(is_available=lambda: True)
+        self._dynamo = SimpleNamespace(reset=self.reset)
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def compile(self, fn, *, dynamic):
+        assert dynamic is False
+        self.compiled += 1
+        if self.error:
+            raise self.error
+        return fn
+
+
+def test_compiled_runs_once_before_it_is_timed(monkeypatch):
+    torch = FakeTorch()
+    monkeypatch.setattr(vendor, "_torch", lambda: torch)
+    calls = []
+
+    def run():
+        calls.append(1)
+        return {"y": 1}
+
+    call = vendor.compiled(VendorCall(run, {"y": None}))
+    assert (torch.compiled, len(calls)) == (1, 1)  # compiled by a first run
+    assert call.run() == {"y": 1} and call.outputs == {"y": None}
+    assert vendor.FAMILY.applicable(COMPILED, PROBLEM) is None
+    vendor.forget_compiled()
+    assert torch.resets == 1
+
+
+def test_a_compile_failure_is_a_gpu_error_with_the_message(monkeypatch):
+    torch = FakeTorch(RuntimeError("Cannot find a working triton installation"))
+    monkeypatch.setattr(vendor, "_torch", lambda: torch)
+    with pytest.raises(GpuError, match="torch.compile failed: RuntimeError: Cannot find a "
+                                       "working triton"):
+        vendor.compiled(VendorCall(lambda: {}, {}))
+    monkeypatch.delattr(FakeTorch, "compile")  # a PyTorch before 2.0
+    assert "no torch.compile" in vendor.FAMILY.applicable(COMPILED, PROBLEM)
+    assert vendor.FAMILY.applicable(EAGER, PROBLEM) is None
+
+
+def test_the_recorded_comparison_splits_by_batch(tmp_path):
+    """From the shipped dwsep recording (no GPU): per batch size, the shapes and the geometric
+    mean over them, consistent with the per-shape lines and with the overall figure."""
+    recording = Path(__file__).resolve().parents[1] / "jobs" / "recordings" / "h100-dwsep.parquet"
+    from_recording(recording, str(tmp_path), "recorded")
+    figures = json.loads((tmp_path / "recorded.json").read_text())["figures"]
+    summary = figures["summary"][OP]
+    lines = [e for e in figures["shapes"] if e["speedup"]]
+    assert set(summary["by_batch"]) == {"1", "8", "32"}
+    for batch, part in summary["by_batch"].items():
+        mine = [e["speedup"] for e in lines if e["batch"] == int(batch)]
+        assert part["shapes"] == len(mine) > 0
+        assert math.isclose(part["geomean"], geomean(mine))
+    assert sum(p["shapes"] for p in summary["by_batch"].values()) == summary["shapes"]
