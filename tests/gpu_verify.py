@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from farm.timing import TimingPolicy
@@ -14,11 +14,13 @@ VERIFY_ONLY = TimingPolicy(warmup=0, min_repeats=1, max_repeats=1, flush_l2=Fals
 
 
 def verify_on_edges(worker: Any, op: str, dtype: str, families: Sequence[str],
-                    problems: Iterable[Any]) -> list[str]:
+                    problems: Iterable[Any],
+                    must_serve: Callable[[str, Any], bool] = lambda family, problem: True
+                    ) -> list[str]:
     """Every instance of `families` (the vendor's included) on each problem: the failures, as
     lines; a wrong, crashing or timed-out instance fails, as does a vendor row that is not ok
-    and a family with no instance that serves a problem. Prints the statuses and each family's
-    worst verification error."""
+    and a family with no instance that serves a problem it must serve (`must_serve(family,
+    problem)`). Prints the statuses and each family's worst verification error."""
     instances = [i for name in families for i in get_family(name).instances(op, dtype)]
     failures: list[str] = []
     statuses: Counter = Counter()
@@ -36,7 +38,7 @@ def verify_on_edges(worker: Any, op: str, dtype: str, families: Sequence[str],
                 failures.append(f"{instance.name} on {problem.label()}: {result.status} "
                                 f"{result.message}")
         for family in families:
-            if not served[family]:
+            if not served[family] and must_serve(family, problem):
                 failures.append(f"no {family} instance serves {problem.label()} {dtype}")
     print(dtype, dict(statuses), "worst relative L2 error:", worst)
     return failures

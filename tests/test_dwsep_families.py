@@ -1,5 +1,5 @@
 """The dwsep_fwd families without a GPU: their configuration spaces, the rules that refuse an
-instance (shared memory, cluster splits, staged taps), every network problem
+instance (shared memory, cluster splits, staged taps, halo tiles), every network problem
 served by each tensor-core family, the launch geometry, and each family's largest
 configuration compiled by NVRTC for sm_90a with no spill."""
 
@@ -44,13 +44,14 @@ def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
         assert len(names) == len(set(names)), family.name
     assert not get_family("dwsep_stream").instances(OP, "fp32")
     assert not get_family("dwsep_resident").instances(OP, "fp32")
+    assert not get_family("dwsep_halo").instances(OP, "fp32")
     assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
 
 
 def test_every_network_problem_is_served_by_each_family_within_shared_memory():
     problems = network_problems()
     assert len(problems) >= 250
-    for name in ("dwsep_chunked", "dwsep_resident", "dwsep_stream"):
+    for name in ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo"):
         family = get_family(name)
         for p in problems:
             served = [i for i in family.instances(OP, "bf16") if family.applicable(i, p) is None]
@@ -73,6 +74,15 @@ def test_the_rules_name_what_they_refuse():
     assert "staged taps" in stream.applicable(tiles4, problem(C=30, N=8))  # C not a multiple of 8
     assert "staged taps" in stream.applicable(tiles4, problem(multiplier=2, N=8))
     assert stream.applicable(tiles4, problem(N=8)) is None
+    halo = get_family("dwsep_halo")
+    square = instance("dwsep_halo", tile_h=8, tile_w=8, tiles=1)
+    assert "multiplier 1" in halo.applicable(square, problem(multiplier=2))
+    assert "multiple of 8" in halo.applicable(square, problem(C=60))
+    wide = instance("dwsep_halo", tile_h=2, tile_w=32, tiles=1)
+    assert "tile_w=32" in halo.applicable(wide, problem(H=7, W=7))
+    assert halo.applicable(wide, problem(H=7, W=17)) is None
+    assert "one block" in halo.applicable(instance("dwsep_halo", tile_h=8, tile_w=8, tiles=4),
+                                          problem(H=14, W=14))  # 2 x 2 tiles
 
 
 def test_launch_geometry():
@@ -87,12 +97,24 @@ def test_launch_geometry():
         instance("dwsep_resident", tile_p=16, tile_n=64, k_blocks=2, kc=32), p)
     assert launch.grid == (7, 2, 1)
     assert launch.shared_bytes == 2 * 16 * (96 + 8) + 2 * 3 * 64 * 40 + 12 * 16
+    halo = get_family("dwsep_halo")
+    square = instance("dwsep_halo", tile_h=8, tile_w=8, tile_n=64, kc=32, tiles=1)
+    assert halo.applicable(square, p) is None
+    [launch] = halo.launches(square, p)
+    assert launch.grid == (2, 4, 1)  # one 8 x 8 tile per image
+    halo_pixels = (7 * 2 + 3) ** 2  # the input under an 8 x 8 tile at stride 2
+    assert launch.shared_bytes == 2 * 64 * 40 + 2 * 2 * (64 * 40 + halo_pixels * 32)
+    p = problem(N=2, C=96, H=40, W=40, K=64)  # 5 x 5 tiles of 8 x 8 per image, 4 per block
+    [launch] = halo.launches(instance("dwsep_halo", tile_h=8, tile_w=8, tile_n=64, tiles=4), p)
+    assert launch.grid == (13, 1, 1)
 
 
 @pytest.mark.parametrize("family,settings", [
     ("dwsep_resident", dict(tile_p=64, tile_n=256, kc=64)),
     ("dwsep_stream", dict(tile_p=128, tile_n=128, kc=64, stages=3, c_split=2)),
     ("dwsep_stream", dict(tile_p=64, tile_n=128, kc=32, tiles=4)),
+    ("dwsep_halo", dict(tile_h=2, tile_w=32, tile_n=256, kc=64, tiles=4)),
+    ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, tiles=4)),
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
 
 OP = "dwsep_fwd"
-FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "vendor")
+FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo", "vendor")
 EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
     dict(N=1, C=15, H=8, W=8, K=9, R=3, S=3, stride=2, pad=1),  # odd C and K
@@ -23,9 +23,19 @@ EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=24, H=15, W=13, K=40, R=3, S=3, stride=2, pad=1),  # stride 2, odd sizes
     dict(N=1, C=16, H=14, W=14, K=24, R=5, S=5, pad=2, multiplier=2, activation="relu6"),
     dict(N=3, C=48, H=7, W=7, K=160, R=7, S=7, pad=3, activation="silu", pw_bias=1),
+    dict(N=2, C=240, H=28, W=28, K=80, R=3, S=3, stride=2, pad=1, activation="hardswish",
+         pw_bias=1),  # MobileNetV3-Large's features.7
     dict(N=1, C=2048, H=10, W=10, K=2048, R=3, S=3, pad=1, activation="relu", pw_bias=1),
     dict(N=2, C=728, H=19, W=19, K=728, R=3, S=3, pad=1),  # Xception's middle flow
+    dict(N=2, C=40, H=23, W=37, K=24, R=3, S=3, pad=1),  # maps no tile divides
+    dict(N=2, C=56, H=21, W=19, K=40, R=5, S=5, pad=2, activation="relu"),  # 5x5, stride 1
+    dict(N=1, C=72, H=29, W=27, K=48, R=5, S=5, stride=2, pad=2, pw_bias=1),  # 5x5, stride 2
 ]
+
+
+def must_serve(family: str, problem) -> bool:
+    """dwsep_halo copies 16 bytes along channels: multiplier 1 and C a multiple of 8 only."""
+    return family != "dwsep_halo" or (problem.multiplier == 1 and problem.C % 8 == 0)
 
 
 @pytest.fixture(scope="module")
@@ -38,5 +48,5 @@ def worker():
 def test_every_instance_and_the_vendor_are_right_on_the_edges(worker, dtype):
     spec = operator_spec(OP)
     failures = verify_on_edges(worker, OP, dtype, FAMILIES,
-                               (spec.problem(dtype, fields) for fields in EDGES))
+                               (spec.problem(dtype, fields) for fields in EDGES), must_serve)
     assert not failures, "\n".join(failures[:40])

@@ -59,8 +59,15 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4], u32 b
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Two floats rounded to nearest even into a 16-bit pair, lo in the low half: one cvt.
 __device__ __forceinline__ u32 pack_pair(float lo, float hi) {
-  return (u32)from_float(lo) | ((u32)from_float(hi) << 16);
+  u32 d;
+#if FARM_DTYPE == 2
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+#else
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+  return d;
 }
 
 __device__ __forceinline__ void unpack_pair(u32 v, float& lo, float& hi) {

@@ -1,7 +1,8 @@
 """The dwsep_fwd families: dwsep_chunked (CUDA cores, any GPU, chunked.cu), and on tensor
 cores dwsep_resident (the depthwise tile of every channel resident in shared memory,
-resident.cu) and dwsep_stream (channels streamed in chunks, stream.cu); their configuration
-spaces, applicability and launch geometry."""
+resident.cu), dwsep_stream (channels streamed in chunks, stream.cu) and dwsep_halo (2-D output
+tiles whose input arrives once with its halo, halo.cu); their configuration spaces,
+applicability and launch geometry."""
 
 from __future__ import annotations
 
@@ -222,8 +223,62 @@ class DwsepStream(DwsepTensorCore):
         return super().refuses(instance, p)
 
 
+class DwsepHalo(DwsepTensorCore):
+    """2-D output tiles of tile_h x tile_w pixels inside one image; per chunk of kc channels
+    the input under the tile, halo included, arrives once by cp.async and the depthwise reads
+    it from shared memory, a thread computing four outputs along a row from shared taps. For
+    many pixels and moderate channel counts (memory-bound blocks); multiplier 1 and C a
+    multiple of 8. A block walks `tiles` consecutive tiles in one pipeline. Config fields:
+    tile_h, tile_w, tile_n, warps_m, warps_n, kc, stages, tiles."""
+
+    name = "dwsep_halo"
+    short = "halo"
+    source_file = "dwsep/halo.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        shapes = {64: ((8, 8), (4, 16), (2, 32)), 128: ((16, 8), (8, 16), (4, 32))}
+        layouts = ((64, 32, 4, 1), (64, 64, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
+                   (128, 32, 4, 1), (128, 64, 4, 2), (128, 128, 4, 2))
+        return [{"tile_h": tile_h, "tile_w": tile_w, "tile_n": tile_n, "warps_m": warps_m,
+                 "warps_n": warps_n, "kc": kc, "stages": stages, "tiles": tiles}
+                for tile_p, tile_n, warps_m, warps_n in layouts
+                for tile_h, tile_w in shapes[tile_p] for kc in (32, 64)
+                for stages, tiles in ((2, 1), (3, 4), (4, 8))]
+
+    @staticmethod
+    def halo(c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        """The input rows and columns under a tile."""
+        return (c["tile_h"] - 1) * p.stride + p.R, (c["tile_w"] - 1) * p.stride + p.S
+
+    @staticmethod
+    def spatial_tiles(c: dict[str, Any], p: DwsepProblem) -> int:
+        return p.N * -(-p.P // c["tile_h"]) * -(-p.Q // c["tile_w"])
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        return -(-self.spatial_tiles(c, p) // c["tiles"]), -(-p.K // c["tile_n"])
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        hh, hw = self.halo(c, p)
+        steps = -(-p.C // c["kc"]) * min(c["tiles"], self.spatial_tiles(c, p))
+        stage = 2 * (c["tile_n"] * (c["kc"] + 8) + hh * hw * c["kc"])
+        return 2 * c["tile_h"] * c["tile_w"] * (c["kc"] + 8) + min(c["stages"], steps) * stage
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        if p.multiplier != 1 or p.C % 8:
+            return "needs multiplier 1 and C a multiple of 8 (16-byte copies along channels)"
+        for field, size, name in (("tile_w", p.Q, "Q"), ("tile_h", p.P, "P")):
+            if c[field] >= 2 * size and c[field] > 8:
+                return (f"{field}={c[field]} is at least twice {name}={size}: a smaller tile "
+                        "covers the map with fewer idle rows")
+        if c["tiles"] > 1 and self.spatial_tiles(c, p) <= c["tiles"]:
+            return f"{self.spatial_tiles(c, p)} tiles make one block of {c['tiles']} at most"
+        return super().refuses(instance, p)
+
+
 FAMILY = register(DwsepChunked())
 RESIDENT_FAMILY = register(DwsepResident())
 STREAM_FAMILY = register(DwsepStream())
-__all__ = ["DwsepChunked", "DwsepResident", "DwsepStream", "FAMILY", "RESIDENT_FAMILY",
-           "STREAM_FAMILY"]
+HALO_FAMILY = register(DwsepHalo())
+__all__ = ["DwsepChunked", "DwsepHalo", "DwsepResident", "DwsepStream", "FAMILY",
+           "HALO_FAMILY", "RESIDENT_FAMILY", "STREAM_FAMILY"]

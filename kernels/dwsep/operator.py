@@ -47,6 +47,11 @@ INTERACTIONS = (
     ("core_us", "(padded_flops + dw_flops) / (peak_tflops * 1e6 / 16)"),
     ("bound_us", "vmax(core_us, bytes / (bandwidth_gbps * 1e3))"),
     ("bound_ratio", "bound_us / roofline_us"),
+    # dwsep_halo's 2-D tiles (tile_w wide, tile_m / tile_w high; NaN for the other families)
+    ("tiles_2d", "N * cdiv(P, tile_m / tile_w) * cdiv(Q, tile_w)"),
+    ("fill_2d", "pixels / (tiles_2d * tile_m)"),
+    ("halo_reads", "((tile_m / tile_w - 1) * stride + R) * ((tile_w - 1) * stride + S) / tile_m"),
+    ("waves_2d", "tiles_2d * tiles_k / (sm_count * occupancy)"),
 )
 
 
@@ -133,17 +138,19 @@ class DwsepForward(OperatorSpec):
         return f"stride {p.stride}" + (" x2" if p.multiplier == 2 else "")
 
     def instance_features(self, config: Mapping[str, Any]) -> dict[str, float]:
-        """tile_m pixels by tile_n output channels per block, tile_k channels per step; split:
-        the blocks sharing a pixel tile's output channels (dwsep_resident's k_blocks; one
-        per channel tile otherwise)."""
+        """tile_m pixels (dwsep_halo: tile_h x tile_w) by tile_n output channels per block,
+        tile_k channels per step; split: the blocks sharing a pixel tile's output channels
+        (dwsep_resident's k_blocks; one per channel tile otherwise)."""
         nan = float("nan")
-        tile_m = float(config.get("tile_p", nan))
+        tile_m = float(config["tile_h"] * config["tile_w"] if "tile_h" in config
+                       else config.get("tile_p", nan))
         tile_n = float(config.get("tile_n", config.get("tile_k", nan)))
         if "warps_m" in config:  # the tensor-core families
             threads = 32.0 * config["warps_m"] * config["warps_n"]
         else:
             threads = tile_m * tile_n / 16
         return {"threads": threads, "tile_m": tile_m, "tile_n": tile_n,
+                "tile_w": float(config.get("tile_w", nan)),
                 "tile_k": float(config.get("kc", config.get("chunk", nan))),
                 "split": float(config.get("k_blocks", 65536))}
 
@@ -166,8 +173,8 @@ class DwsepForward(OperatorSpec):
         scale, shift = flat["scale"].view(1, p.MC, 1, 1), flat["shift"].view(1, p.MC, 1, 1)
         bias = flat["b_pw"] if p.pw_bias else None
         y = flat["y"].view(p.N, p.P, p.Q, p.K).permute(0, 3, 1, 2)
-        act = {"none": lambda t: t, "relu": f.relu, "relu6": f.relu6, "silu": f.silu}[
-            p.activation]
+        act = {"none": lambda t: t, "relu": f.relu, "relu6": f.relu6, "silu": f.silu,
+               "hardswish": f.hardswish}[p.activation]
 
         def run() -> dict[str, Any]:
             d = f.conv2d(x, w_dw, None, stride=p.stride, padding=p.pad, groups=p.C)

@@ -1,0 +1,233 @@
+// dwsep_halo: the fused depthwise-separable convolution forward on 2-D output tiles, each
+// chunk's input read once into shared memory with its halo (NVIDIA mma.sync m16n8k16, fp32
+// accumulation). For maps of many pixels and moderate channel counts, where the work is
+// memory-bound.
+//
+// A block owns TILES consecutive tiles of TILE_H x TILE_W output pixels (tiles in (n, row,
+// column) order, each inside one image) and TILE_N output channels (blockIdx.y). The M*C = C
+// depthwise channels are streamed in chunks of KC. Per (tile, chunk) step one cp.async stage
+// brings the pointwise weight's chunk and the input under the tile: HH x HW pixels of KC
+// channels, HH = (TILE_H - 1) * stride + R, HW = (TILE_W - 1) * stride + S, zeros outside the
+// input. The depthwise stage (CUDA cores, fp32) reads that halo from shared memory, each thread
+// a channel pair for RUN outputs along a row, the inputs of a row's taps held in registers and
+// shared by the run; the activated values go to an A tile [pixel][channel], 16-bit, and the
+// warps multiply it by the chunk's weight. The intermediate never leaves the chip.
+//
+// Multiplier 1 and C a multiple of 8 (16-byte copies along channels); the depthwise is
+// computed again by each of the ceil(K / TILE_N) blocks of a tile.
+//
+// Dynamic shared memory (dwsep/families.py): TILE_P * (KC + 8) + STAGES * (TILE_N * (KC + 8) +
+// HH * HW * KC) u16. Macros: TILE_H, TILE_W, TILE_N, WARPS_M, WARPS_N, KC, STAGES, TILES.
+#define TILE_P (TILE_H * TILE_W)
+#include "dwsep_tc.cuh"
+
+// The activation applied to N values, its choice made once for all of them.
+template <int N>
+__device__ __forceinline__ void activate_all(float (&v)[N], int activation) {
+#define DWSEP_ACTIVATE_ALL(A) \
+  case A:                     \
+    _Pragma("unroll") for (int i = 0; i < N; ++i) v[i] = dwsep_activate(v[i], A); break;
+  switch (activation) {
+    DWSEP_ACTIVATE_ALL(DWSEP_RELU)
+    DWSEP_ACTIVATE_ALL(DWSEP_RELU6)
+    DWSEP_ACTIVATE_ALL(DWSEP_SILU)
+    DWSEP_ACTIVATE_ALL(DWSEP_HARDSWISH)
+    default: break;
+  }
+#undef DWSEP_ACTIVATE_ALL
+}
+
+// A tile's place: image n and its first output row and column.
+struct HaloTile {
+  int n, oh0, ow0;
+};
+
+__device__ __forceinline__ HaloTile halo_tile(int t, const DwsepParams& p) {
+  const int tiles_w = (p.Q + TILE_W - 1) / TILE_W, tiles_h = (p.P + TILE_H - 1) / TILE_H;
+  const int tw = t % tiles_w, rest = t / tiles_w;
+  return {rest / tiles_h, (rest % tiles_h) * TILE_H, tw * TILE_W};
+}
+
+// Channels [c0, c0 + KC) of the input under tile `t` into hs [HH * HW][KC], zeros outside the
+// input and past C.
+__device__ __forceinline__ void load_halo(u16* hs, const HaloTile& t,
+                                          const elem_t* __restrict__ x, const DwsepParams& p,
+                                          int hh, int hw, int c0) {
+  constexpr int SEGS = KC / 8;
+  const int h0 = t.oh0 * p.stride - p.pad, w0 = t.ow0 * p.stride - p.pad;
+  const elem_t* image = x + (long)t.n * p.H * p.W * p.C;
+  const int seg = threadIdx.x % SEGS, c = c0 + seg * 8;
+  const bool c_in = c < p.C;
+  int hy = 0, hx = threadIdx.x / SEGS;  // (hy, hx) walks the halo in steps of THREADS / SEGS
+  for (int pix = threadIdx.x / SEGS; pix < hh * hw; pix += THREADS / SEGS) {
+    while (hx >= hw) hx -= hw, ++hy;
+    const int h = h0 + hy, w = w0 + hx;
+    const bool in = c_in && (unsigned)h < (unsigned)p.H && (unsigned)w < (unsigned)p.W;
+    cp_async16(hs + pix * KC + seg * 8, in ? image + (h * p.W + w) * p.C + c : x, in);
+    hx += THREADS / SEGS;
+  }
+}
+
+// The activated depthwise values of chunk [j0, j0 + KC) for the tile's pixels, from the halo
+// hs into A (as, B_STRIDE u16 per pixel row, pixel row = row * TILE_W + column), a thread
+// computing RUN consecutive outputs of a row for a channel pair (eight for 3x3 filters where
+// TILE_W allows, four otherwise). RR x SS taps and stride ST known at compile time, or RR = 0:
+// p.R x p.S taps and p.stride, one tap at a time. Pixels past the output get values that are
+// never stored; channels past C get zeros.
+template <int RR, int SS, int ST, int CP>
+__device__ __forceinline__ void halo_depthwise(u16* as, const u16* hs, int hw, int j0,
+                                               const elem_t* __restrict__ w_dw,
+                                               const elem_t* __restrict__ scale,
+                                               const elem_t* __restrict__ shift,
+                                               const DwsepParams& p) {
+  constexpr int GROUPS = 32 / CP;  // runs a warp covers per step
+  constexpr int RUN = RR == 3 && TILE_W % 8 == 0 ? 8 : 4;
+  constexpr int RUNS_PER_ROW = TILE_W / RUN, RUNS = TILE_H * RUNS_PER_ROW;
+  constexpr int TAPS = RR > 0 ? RR * SS : 1;
+  constexpr int COLS = RR > 0 ? (RUN - 1) * ST + SS : 1;  // a run's input columns per row
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cpl = lane % CP, group = lane / CP;
+  const int rs = p.R * p.S;
+  for (int jj = 2 * cpl; jj < KC; jj += 2 * CP) {
+    const int j = j0 + jj;
+    const bool live0 = j < p.MC, live1 = j + 1 < p.MC;
+    const elem_t* g0 = w_dw + j * rs;
+    float f0[TAPS], f1[TAPS];
+    if (RR > 0) {
+#pragma unroll
+      for (int t = 0; t < TAPS; ++t) {
+        f0[t] = live0 ? to_float(__ldg(g0 + t)) : 0.0f;
+        f1[t] = live1 ? to_float(__ldg(g0 + TAPS + t)) : 0.0f;
+      }
+    }
+    const float sc0 = live0 ? to_float(scale[j]) : 0.0f, sh0 = live0 ? to_float(shift[j]) : 0.0f;
+    const float sc1 = live1 ? to_float(scale[j + 1]) : 0.0f;
+    const float sh1 = live1 ? to_float(shift[j + 1]) : 0.0f;
+    for (int run = warp * GROUPS + group; run < RUNS; run += WARPS * GROUPS) {
+      const int row = run / RUNS_PER_ROW, col0 = (run % RUNS_PER_ROW) * RUN;
+      float d0[RUN], d1[RUN];
+#pragma unroll
+      for (int o = 0; o < RUN; ++o) d0[o] = d1[o] = 0.0f;
+      if (RR > 0) {
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
+          const u16* src = hs + ((row * ST + r) * hw + col0 * ST) * KC + jj;
+          float v0[COLS], v1[COLS];
+#pragma unroll
+          for (int c = 0; c < COLS; ++c)
+            unpack_pair(*reinterpret_cast<const u32*>(src + c * KC), v0[c], v1[c]);
+#pragma unroll
+          for (int o = 0; o < RUN; ++o)
+#pragma unroll
+            for (int s = 0; s < SS; ++s) {
+              d0[o] = fmaf(v0[o * ST + s], f0[r * SS + s], d0[o]);
+              d1[o] = fmaf(v1[o * ST + s], f1[r * SS + s], d1[o]);
+            }
+        }
+      } else {
+        for (int r = 0; r < p.R; ++r)
+          for (int s = 0; s < p.S; ++s) {
+            const float w0 = live0 ? to_float(__ldg(g0 + r * p.S + s)) : 0.0f;
+            const float w1 = live1 ? to_float(__ldg(g0 + rs + r * p.S + s)) : 0.0f;
+#pragma unroll
+            for (int o = 0; o < RUN; ++o) {
+              const u16* src =
+                  hs + ((row * p.stride + r) * hw + (col0 + o) * p.stride + s) * KC + jj;
+              float v0, v1;
+              unpack_pair(*reinterpret_cast<const u32*>(src), v0, v1);
+              d0[o] = fmaf(v0, w0, d0[o]);
+              d1[o] = fmaf(v1, w1, d1[o]);
+            }
+          }
+      }
+#pragma unroll
+      for (int o = 0; o < RUN; ++o) {
+        d0[o] = d0[o] * sc0 + sh0;
+        d1[o] = d1[o] * sc1 + sh1;
+      }
+      activate_all(d0, p.activation);
+      activate_all(d1, p.activation);
+#pragma unroll
+      for (int o = 0; o < RUN; ++o)
+        *reinterpret_cast<u32*>(as + (row * TILE_W + col0 + o) * B_STRIDE + jj) =
+            live0 ? pack_pair(d0[o], live1 ? d1[o] : 0.0f) : 0u;
+    }
+  }
+}
+
+template <int CP>
+__device__ __forceinline__ void halo_fill(u16* as, const u16* hs, int hw, int j0,
+                                          const elem_t* __restrict__ w_dw,
+                                          const elem_t* __restrict__ scale,
+                                          const elem_t* __restrict__ shift,
+                                          const DwsepParams& p) {
+  if (p.R == 3 && p.S == 3 && p.stride == 1)
+    halo_depthwise<3, 3, 1, CP>(as, hs, hw, j0, w_dw, scale, shift, p);
+  else if (p.R == 3 && p.S == 3)
+    halo_depthwise<3, 3, 2, CP>(as, hs, hw, j0, w_dw, scale, shift, p);
+  else if (p.R == 5 && p.S == 5 && p.stride == 1)
+    halo_depthwise<5, 5, 1, CP>(as, hs, hw, j0, w_dw, scale, shift, p);
+  else if (p.R == 5 && p.S == 5)
+    halo_depthwise<5, 5, 2, CP>(as, hs, hw, j0, w_dw, scale, shift, p);
+  else
+    halo_depthwise<0, 0, 1, CP>(as, hs, hw, j0, w_dw, scale, shift, p);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
+           const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
+           const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
+           elem_t* __restrict__ y, DwsepParams p) {
+  extern __shared__ __align__(16) u16 smem[];
+  constexpr int CP = KC / 2 < 32 ? KC / 2 : 32;
+  const int warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
+  const int k0 = blockIdx.y * TILE_N;
+  const int hh = (TILE_H - 1) * p.stride + p.R, hw = (TILE_W - 1) * p.stride + p.S;
+  const int all_tiles = p.N * ((p.P + TILE_H - 1) / TILE_H) * ((p.Q + TILE_W - 1) / TILE_W);
+  const int tile0 = blockIdx.x * TILES;
+  const int tiles = min(TILES, all_tiles - tile0);
+  const int chunks = (p.C + KC - 1) / KC;
+  const int steps = tiles * chunks;
+  const int stage_u16 = TILE_N * B_STRIDE + hh * hw * KC;
+  u16* a = smem;                           // [TILE_P][B_STRIDE]
+  u16* stages = smem + TILE_P * B_STRIDE;  // [STAGES][B: TILE_N x B_STRIDE, halo: hh*hw x KC]
+
+  // The copy pipeline walks (tile, chunk) in order: `load` issues the next one.
+  int load_tile = 0, load_chunk = 0;
+  auto load = [&](int stage) {
+    u16* st = stages + stage * stage_u16;
+    load_pointwise(st, w_pw, p, k0, load_chunk * KC);
+    load_halo(st + TILE_N * B_STRIDE, halo_tile(tile0 + load_tile, p), x, p, hh, hw,
+              load_chunk * KC);
+    if (++load_chunk == chunks) load_chunk = 0, ++load_tile;
+  };
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) load(s);
+    cp_async_commit();
+  }
+  WarpAcc acc;
+  acc.clear();
+  int tile = 0, chunk = 0;
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // stage `step` has landed; A and stage step - 1 are free again
+    if (step + STAGES - 1 < steps) load((step + STAGES - 1) % STAGES);
+    cp_async_commit();
+    const u16* st = stages + (step % STAGES) * stage_u16;
+    halo_fill<CP>(a, st + TILE_N * B_STRIDE, hw, chunk * KC, w_dw, scale, shift, p);
+    __syncthreads();  // A is visible
+    warp_chunk(acc, a, B_STRIDE, st, wm, wn);
+    if (++chunk == chunks) {
+      const HaloTile t = halo_tile(tile0 + tile, p);
+      store_outputs(acc, y, b_pw, p, k0, wm, wn, [&](int row) {
+        const int oh = t.oh0 + row / TILE_W, ow = t.ow0 + row % TILE_W;
+        return oh < p.P && ow < p.Q ? ((long)(t.n * p.P + oh) * p.Q + ow) : -1L;
+      });
+      acc.clear();
+      chunk = 0;
+      ++tile;
+    }
+  }
+  cp_async_wait<0>();
+}
