@@ -110,12 +110,17 @@ class KernelFamily(abc.ABC):
         """The text whose hash identifies `operator`'s instances' code (default: the source)."""
         return self.source()
 
+    def instance(self, operator: str, dtype: str, config: Config,
+                 digest: str | None = None) -> Instance:
+        """The instance of one configuration; digest: its source hash (computed if not given)."""
+        return Instance(family=self.name, operator=operator, dtype=dtype,
+                        config=tuple(config.items()),
+                        name=self.instance_name(operator, dtype, config),
+                        source_hash=digest or source_hash(self.hashed_source(operator)))
+
     def instances(self, operator: str, dtype: str) -> list[Instance]:
         digest = source_hash(self.hashed_source(operator))
-        return [Instance(family=self.name, operator=operator, dtype=dtype,
-                         config=tuple(config.items()),
-                         name=self.instance_name(operator, dtype, config), source_hash=digest)
-                for config in self.configs(operator)]
+        return [self.instance(operator, dtype, config, digest) for config in self.configs(operator)]
 
     def config_fields(self, operator: str) -> dict[str, tuple[Any, ...]]:
         """Each configuration field and the values its instances take."""

@@ -16,7 +16,6 @@ from farm.gpu.base import OTHER, GpuError
 from kernels.family import Instance, KernelFamily, Launch
 from kernels.operator import OperatorSpec, VendorCall
 from kernels.registry import operator_spec, operators, register
-from kernels.source import source_hash
 
 _TYPESTR_OF = {"bf16": "<i2", "fp16": "<f2", "fp32": "<f4"}
 COMPILED = "torch.compile"  # the library setting of the compiled call's instance
@@ -113,11 +112,7 @@ class VendorFamily(KernelFamily):
 
     def compiled_instance(self, operator: str, dtype: str) -> Instance:
         """The call through torch.compile: not among configs(), so no sweep measures it."""
-        config = {"library": COMPILED}
-        return Instance(family=self.name, operator=operator, dtype=dtype,
-                        config=tuple(config.items()),
-                        name=self.instance_name(operator, dtype, config),
-                        source_hash=source_hash(self.hashed_source(operator)))
+        return self.instance(operator, dtype, {"library": COMPILED})
 
     def source(self) -> str:
         return "vendor: each operator's PyTorch call (OperatorSpec.vendor_call)"

@@ -226,7 +226,8 @@ class DwsepStream(DwsepTensorCore):
 class DwsepHalo(DwsepTensorCore):
     """2-D output tiles of tile_h x tile_w pixels inside one image; per chunk of kc channels
     the input under the tile, halo included, arrives once by cp.async and the depthwise reads
-    it from shared memory, a thread computing four outputs along a row from shared taps. For
+    it from shared memory, a thread computing 4 outputs along a row (8 for 3x3 filters where
+    tile_w allows) from taps held in registers. For
     many pixels and moderate channel counts (memory-bound blocks); multiplier 1 and C a
     multiple of 8. A block walks `tiles` consecutive tiles in one pipeline. Config fields:
     tile_h, tile_w, tile_n, warps_m, warps_n, kc, stages, tiles."""
