@@ -8,8 +8,11 @@ cd "$(dirname "$0")/.."
 out="${OUT:-bench/results}"
 mkdir -p "$out"
 if [ -d .whl ]; then
+  # every wheel under .whl, one of each name (a carried subfolder such as .whl/gpu will do)
+  wheels=$(find .whl -type f -name "*.whl" | awk -F/ '!seen[$NF]++')
+  # shellcheck disable=SC2086
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/*.whl >/dev/null 2>&1 || { echo "wheel install failed"; exit 1; }
+      --target /tmp/site $wheels >/dev/null 2>&1 || { echo "wheel install failed"; exit 1; }
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD

@@ -26,10 +26,10 @@ from farm.select.catalogue import CatalogueEntry, candidate_families
 from farm.select.device import DeviceInfo
 from kernels.registry import operator_spec
 
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3
 CONSTANTS = ("sm_count", "l2_bytes", "bandwidth_gbps", "peak_tflops", "elem_bytes")
-INSTANCE = ("threads", "tile_m", "tile_n", "tile_k", "tile_w", "split", "vec", "filter",
-            "registers", "shared_bytes", "spill_bytes", "occupancy")
+INSTANCE = ("threads", "tile_m", "tile_n", "tile_k", "tile_w", "split", "c_split", "tiles", "vec",
+            "filter", "registers", "shared_bytes", "spill_bytes", "occupancy")
 
 
 def _cdiv(a, b):
@@ -140,7 +140,8 @@ def _instance_row(spec: FeatureSpec, entry: CatalogueEntry) -> list[float]:
     mapped = operator_spec(spec.operator).instance_features(cfg)
     static_shared = mapped.pop("static_shared_bytes", nan)
     generic.update(mapped)
-    generic["split"] = generic["split"] if not math.isnan(generic["split"]) else 1.0
+    for one in ("split", "c_split", "tiles"):  # none given: one
+        generic[one] = generic[one] if not math.isnan(generic[one]) else 1.0
     generic.update({k: res.get(k, nan) for k in ("registers", "shared_bytes", "spill_bytes")})
     if math.isnan(generic["shared_bytes"]):
         generic["shared_bytes"] = static_shared  # what the code declares, without its cubin

@@ -139,16 +139,23 @@ class DwsepResident(DwsepTensorCore):
     """Strategy 1: the depthwise output of a block's tile_p pixels for every channel stays in
     shared memory while the block runs the pointwise GEMM over its output-channel tiles
     (tile_n each); k_blocks blocks share a pixel tile's output channels (the depthwise is
-    computed once per block). Config fields: tile_p, tile_n, warps_m, warps_n, kc, stages,
-    k_blocks."""
+    computed once per block). Besides the shared warp layouts, four of 16 warps, for wide C
+    where one block fills a multiprocessor's shared memory. Config fields: tile_p, tile_n,
+    warps_m, warps_n, kc, stages, k_blocks."""
 
     name = "dwsep_resident"
     short = "resident"
     source_file = "dwsep/resident.cu"
 
+    # 16 warps: twice the warps of one block to hide the latency of the depthwise loads and
+    # of the mma chains (tile_p, tile_n, warps_m, warps_n)
+    WIDE_LAYOUTS = ((32, 256, 2, 8), (64, 128, 2, 8), (64, 256, 4, 4), (128, 128, 4, 4))
+
     def configs(self, operator: str) -> list[dict[str, Any]]:
+        wide = [dict(zip(("tile_p", "tile_n", "warps_m", "warps_n"), w))
+                for w in self.WIDE_LAYOUTS]
         return [{**layout, "kc": kc, "stages": 3, "k_blocks": k_blocks}
-                for layout in self.warp_layouts() if layout["tile_p"] <= 64
+                for layout in [*(w for w in self.warp_layouts() if w["tile_p"] <= 64), *wide]
                 for kc in (32, 64) for k_blocks in (1, 2, 4)]
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
