@@ -110,7 +110,8 @@ def test_launch_geometry():
 
 
 @pytest.mark.parametrize("family,settings", [
-    ("dwsep_resident", dict(tile_p=64, tile_n=256, kc=64)),
+    ("dwsep_resident", dict(tile_p=64, tile_n=256, warps_m=2, kc=64)),
+    ("dwsep_resident", dict(tile_p=64, tile_n=256, warps_m=4, warps_n=4, kc=64)),  # 16 warps
     ("dwsep_stream", dict(tile_p=128, tile_n=128, kc=64, stages=3, c_split=2)),
     ("dwsep_stream", dict(tile_p=64, tile_n=128, kc=32, tiles=4)),
     ("dwsep_halo", dict(tile_h=2, tile_w=32, tile_n=256, kc=64, tiles=4)),
