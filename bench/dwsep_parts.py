@@ -2,7 +2,8 @@
 the GPU, bf16, channels-last): cuDNN's depthwise convolution, the affine and activation, cuDNN's
 1x1 convolution, the three as the pair, and the pointwise stage as a plain cuBLAS matrix product
 ([N*P*Q, M*C] x [M*C, K]). Each part is timed alone with CUDA events, L2 flushed before every
-repeat (a write of twice its size), the median of the repeats; with --ours RESULT (a
+repeat (a read of twice its size) and its launches queued behind a GPU sleep, so that no host
+time falls inside the interval; the median of the repeats; with --ours RESULT (a
 bench/vs_vendor.py result of the same batch) our best instance's time is set beside them.
 
 Usage: python -m bench.dwsep_parts [--batch 32] [--repeats 30] [--ours FILE] [--out DIR]
@@ -30,6 +31,9 @@ def timed_us(run, flush, repeats: int) -> float:
     for _ in range(repeats):
         flush()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # the GPU sleeps ~1 ms before the start event, so that the part's launches (PyTorch's
+        # dispatch takes tens of us) are all queued when it starts: no host time in the interval
+        torch.cuda._sleep(2_000_000)
         start.record()
         run()
         stop.record()
@@ -80,9 +84,11 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("no GPU here: this benchmark times PyTorch's parts on a GPU")
     torch.backends.cudnn.benchmark = True
-    scratch = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size,
-                          dtype=torch.uint8, device="cuda")
-    flush = lambda: scratch.fill_(1)  # noqa: E731
+    # L2 flushed by a read of twice its size: the lines it leaves are clean, so the timed part
+    # does not pay for writing back a flush's dirty lines
+    scratch = torch.ones(torch.cuda.get_device_properties(0).L2_cache_size // 2,
+                         dtype=torch.float32, device="cuda")
+    flush = lambda: scratch.sum()  # noqa: E731
     ours = {}
     if args.ours:
         for e in json.loads(args.ours.read_text())["figures"]["shapes"]:
