@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench.common import write_result
 from bench.vs_vendor import geomean, shapes
+from kernels.dwsep.operator import torch_activation
 
 OP = "dwsep_fwd"
 
@@ -55,8 +56,7 @@ def parts(p, flush, repeats: int) -> dict[str, float]:
     scale = torch.rand(1, p.MC, 1, 1, device=dev, dtype=dt) + 0.5
     shift = torch.randn(1, p.MC, 1, 1, device=dev, dtype=dt) * 0.1
     bias = torch.randn(p.K, device=dev, dtype=dt) if p.pw_bias else None
-    act = {"none": lambda t: t, "relu": f.relu, "relu6": f.relu6, "silu": f.silu,
-           "hardswish": f.hardswish}[p.activation]
+    act = torch_activation(p.activation)
     dw = lambda: f.conv2d(x, w_dw, None, stride=p.stride, padding=p.pad, groups=p.C)  # noqa: E731
     d = dw()
     affine = lambda: act(d * scale + shift)  # noqa: E731

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from farm.problems import DTYPE_BYTES, ProblemError, problem_from_store
+from farm.select.features import INSTANCE
 from kernels.conv.problem import ConvProblem
 from kernels.groupnorm import plan
 from kernels.groupnorm.operator import GroupNormBackward
@@ -215,8 +216,6 @@ HELPERS = {"cdiv": lambda a, b: np.ceil(a / b), "fdiv": lambda a, b: np.floor(a 
            "vmin": np.minimum, "vmax": np.maximum}
 CONSTANTS = {"sm_count": 132.0, "l2_bytes": 50.0 * 2**20, "bandwidth_gbps": 3350.0,
              "peak_tflops": 989.0}
-INSTANCE = ("threads", "tile_m", "tile_n", "tile_k", "tile_w", "split", "c_split", "tiles", "vec",
-            "filter", "registers", "shared_bytes", "spill_bytes", "occupancy")
 
 
 def _arithmetic_only(formula):

@@ -106,16 +106,17 @@ class DwsepTensorCore(DwsepFamily):
         return [] if dtype == "fp32" else super().instances(operator, dtype)
 
     @staticmethod
-    def warp_layouts() -> list[dict[str, int]]:
+    def layouts(rows: tuple[tuple[int, int, int, int], ...]) -> list[dict[str, int]]:
+        """(tile_p, tile_n, warps_m, warps_n) rows as config fields."""
+        return [dict(zip(("tile_p", "tile_n", "warps_m", "warps_n"), row)) for row in rows]
+
+    @classmethod
+    def warp_layouts(cls) -> list[dict[str, int]]:
         """Block tiles and their warps: each warp 16 or 32 pixels by 16 to 64 channels."""
-        out = []
-        for tile_p, tile_n, warps_m, warps_n in (
-                (16, 64, 1, 4), (16, 128, 1, 4), (32, 64, 2, 2), (32, 128, 2, 4), (64, 32, 4, 1),
-                (64, 64, 2, 2), (64, 128, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
-                (128, 128, 4, 2)):
-            out.append({"tile_p": tile_p, "tile_n": tile_n, "warps_m": warps_m,
-                        "warps_n": warps_n})
-        return out
+        return cls.layouts((
+            (16, 64, 1, 4), (16, 128, 1, 4), (32, 64, 2, 2), (32, 128, 2, 4), (64, 32, 4, 1),
+            (64, 64, 2, 2), (64, 128, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
+            (128, 128, 4, 2)))
 
     def threads(self, c: dict[str, Any]) -> int:
         return 32 * c["warps_m"] * c["warps_n"]
@@ -152,10 +153,9 @@ class DwsepResident(DwsepTensorCore):
     WIDE_LAYOUTS = ((32, 256, 2, 8), (64, 128, 2, 8), (64, 256, 4, 4), (128, 128, 4, 4))
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        wide = [dict(zip(("tile_p", "tile_n", "warps_m", "warps_n"), w))
-                for w in self.WIDE_LAYOUTS]
         return [{**layout, "kc": kc, "stages": 3, "k_blocks": k_blocks}
-                for layout in [*(w for w in self.warp_layouts() if w["tile_p"] <= 64), *wide]
+                for layout in [*(w for w in self.warp_layouts() if w["tile_p"] <= 64),
+                               *self.layouts(self.WIDE_LAYOUTS)]
                 for kc in (32, 64) for k_blocks in (1, 2, 4)]
 
     def defines(self, instance: Instance) -> dict[str, int | str]:

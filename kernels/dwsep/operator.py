@@ -64,6 +64,15 @@ INTERACTIONS = (
 )
 
 
+def torch_activation(name: str) -> Any:
+    """PyTorch's function for one of DWSEP_ACTIVATIONS (the vendor pair's activation)."""
+    import torch
+
+    f = torch.nn.functional
+    return {"none": lambda t: t, "relu": f.relu, "relu6": f.relu6, "silu": f.silu,
+            "hardswish": f.hardswish}[name]
+
+
 class DwsepParams(ctypes.Structure):
     """struct DwsepParams of dwsep_common.cuh, passed by value."""
 
@@ -184,8 +193,7 @@ class DwsepForward(OperatorSpec):
         scale, shift = flat["scale"].view(1, p.MC, 1, 1), flat["shift"].view(1, p.MC, 1, 1)
         bias = flat["b_pw"] if p.pw_bias else None
         y = flat["y"].view(p.N, p.P, p.Q, p.K).permute(0, 3, 1, 2)
-        act = {"none": lambda t: t, "relu": f.relu, "relu6": f.relu6, "silu": f.silu,
-               "hardswish": f.hardswish}[p.activation]
+        act = torch_activation(p.activation)
 
         def run() -> dict[str, Any]:
             d = f.conv2d(x, w_dw, None, stride=p.stride, padding=p.pad, groups=p.C)
@@ -194,4 +202,5 @@ class DwsepForward(OperatorSpec):
 
 
 OPERATOR = register_operator(DwsepForward())
-__all__ = ["DwsepForward", "DwsepParams", "OPERATOR", "dwsep_params", "tensor_args"]
+__all__ = ["DwsepForward", "DwsepParams", "OPERATOR", "dwsep_params", "tensor_args",
+           "torch_activation"]
