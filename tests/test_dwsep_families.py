@@ -85,6 +85,28 @@ def test_the_rules_name_what_they_refuse():
                                           problem(H=14, W=14))  # 2 x 2 tiles
 
 
+def test_two_blocks_a_multiprocessor_only_for_eight_warps_and_where_shared_memory_allows():
+    for name in ("dwsep_resident", "dwsep_stream", "dwsep_halo"):
+        for i in get_family(name).instances(OP, "bf16"):
+            c = i.settings
+            warps = c["warps_m"] * c["warps_n"]
+            tile_p = c.get("tile_p") or c["tile_h"] * c["tile_w"]
+            two = warps == 8 and tile_p * c["tile_n"] <= 32 * 32 * warps
+            assert c["occ"] in ((1, 2) if two else (1,)), i.name
+    assert any(i.settings["occ"] == 2 for i in get_family("dwsep_stream").instances(OP, "bf16"))
+    halo = get_family("dwsep_halo")
+    big = dict(tile_h=8, tile_w=8, tile_n=128, kc=64, stages=4, tiles=8)
+    p = problem(N=32, C=256, H=56, W=56, K=256, R=5, S=5, pad=2)
+    assert halo.applicable(instance("dwsep_halo", **big, occ=1), p) is None
+    assert "occ=2" in halo.applicable(instance("dwsep_halo", **big, occ=2), p)
+    small = dict(tile_h=8, tile_w=8, tile_n=128, kc=32, stages=2, tiles=1)
+    assert halo.applicable(instance("dwsep_halo", **small, occ=2), p) is None
+    resident = get_family("dwsep_resident")
+    layout = dict(tile_p=64, tile_n=128, warps_m=2, warps_n=4, kc=32, k_blocks=1, occ=2)
+    assert resident.applicable(instance("dwsep_resident", **layout), problem(C=256)) is None
+    assert "occ=2" in resident.applicable(instance("dwsep_resident", **layout), problem(C=728))
+
+
 def test_launch_geometry():
     p = problem(N=2, C=96, H=15, W=13, K=200, stride=2)  # 2 x 8 x 7 = 112 pixels
     [launch] = get_family("dwsep_stream").launches(

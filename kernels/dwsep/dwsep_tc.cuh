@@ -7,7 +7,8 @@
 //  - a warp's MI x NJ mma.sync m16n8k16 tiles over one chunk, fragments read by ldmatrix;
 //  - the epilogue: bias added, y written in the element type.
 // NVIDIA only; 16-bit element types. The including source defines TILE_P, TILE_N, WARPS_M,
-// WARPS_N and KC (a multiple of 16).
+// WARPS_N, KC (a multiple of 16) and OCC (the blocks per multiprocessor its registers are held
+// to, in DWSEP_BOUNDS).
 #pragma once
 #include "dwsep_common.cuh"
 #ifdef FARM_HIP
@@ -21,6 +22,7 @@
 #define MI (WM / 16)
 #define NJ (WN / 8)
 #define B_STRIDE (KC + 8)  // u16 per row of a B stage: ldmatrix rows in distinct banks
+#define DWSEP_BOUNDS __launch_bounds__(THREADS, OCC)
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {
   return (u32)__cvta_generic_to_shared(p);
@@ -158,6 +160,53 @@ __device__ __forceinline__ void depthwise_pair(const elem_t* __restrict__ x0,
   }
 }
 
+// Depthwise channels (j, j + 1) as a thread computes them: whether each exists (j < MC),
+// channel j's filter g0 (channel j + 1's follows it), both filters in registers when their
+// RR x SS taps are known at compile time (RR > 0), and the affine between the stages.
+template <int RR, int SS>
+struct ChannelPair {
+  static constexpr int TAPS = RR > 0 ? RR * SS : 1;
+  bool live0, live1;
+  const elem_t* g0;
+  float f0[TAPS], f1[TAPS];
+  float sc0, sh0, sc1, sh1;
+
+  __device__ __forceinline__ ChannelPair(int j, const elem_t* __restrict__ w_dw,
+                                         const elem_t* __restrict__ scale,
+                                         const elem_t* __restrict__ shift,
+                                         const DwsepParams& p)
+      : live0(j < p.MC), live1(j + 1 < p.MC), g0(w_dw + j * p.R * p.S) {
+    if (RR > 0) {
+#pragma unroll
+      for (int t = 0; t < TAPS; ++t) {
+        f0[t] = live0 ? to_float(__ldg(g0 + t)) : 0.0f;
+        f1[t] = live1 ? to_float(__ldg(g0 + TAPS + t)) : 0.0f;
+      }
+    }
+    sc0 = live0 ? to_float(scale[j]) : 0.0f;
+    sh0 = live0 ? to_float(shift[j]) : 0.0f;
+    sc1 = live1 ? to_float(scale[j + 1]) : 0.0f;
+    sh1 = live1 ? to_float(shift[j + 1]) : 0.0f;
+  }
+
+  // Tap t of the filters read from the cache (the RR = 0 path).
+  __device__ __forceinline__ float tap0(int t) const {
+    return live0 ? to_float(__ldg(g0 + t)) : 0.0f;
+  }
+  __device__ __forceinline__ float tap1(int t, int rs) const {
+    return live1 ? to_float(__ldg(g0 + rs + t)) : 0.0f;
+  }
+
+  // The sums d0, d1 through the affine and the activation, as the 16-bit pair A holds; zeros
+  // for a channel past MC or a row that is not `live`.
+  __device__ __forceinline__ u32 activated(float d0, float d1, int activation,
+                                           bool live) const {
+    const float a0 = dwsep_activate(d0 * sc0 + sh0, activation);
+    const float a1 = dwsep_activate(d1 * sc1 + sh1, activation);
+    return live && live0 ? pack_pair(a0, live1 ? a1 : 0.0f) : 0u;
+  }
+};
+
 // Activated depthwise values of the block's TILE_P rows (rows: rows_of) for channels
 // [j0, j0 + span), into as[row * as_stride + j - j0] as 16-bit pairs; zeros past MC or the
 // output. span is even; a warp covers 2 * CP channels of 32 / CP rows per step.
@@ -171,27 +220,13 @@ __device__ __forceinline__ void fill_depthwise_taps(u16* as, int as_stride, int 
                                                     const DwsepParams& p) {
   constexpr int PL = 32 / CP;  // rows a warp covers per step
   constexpr int ROWS = (TILE_P + WARPS * PL - 1) / (WARPS * PL);
-  constexpr int TAPS = RR > 0 ? RR * SS : 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cpl = lane % CP, pl = lane / CP;
-  const int rs = p.R * p.S;
   for (int jj = 2 * cpl; jj < span; jj += 2 * CP) {
     const int j = j0 + jj;
-    const bool live0 = j < p.MC, live1 = j + 1 < p.MC;
-    const int c0 = live0 ? j / p.M : 0;
-    const int c1 = live1 ? (j + 1) / p.M - c0 : -1;
-    const elem_t* g0 = w_dw + j * rs;
-    float f0[TAPS], f1[TAPS];
-    if (RR > 0) {
-#pragma unroll
-      for (int t = 0; t < TAPS; ++t) {
-        f0[t] = live0 ? to_float(__ldg(g0 + t)) : 0.0f;
-        f1[t] = live1 ? to_float(__ldg(g0 + TAPS + t)) : 0.0f;
-      }
-    }
-    const float sc0 = live0 ? to_float(scale[j]) : 0.0f, sh0 = live0 ? to_float(shift[j]) : 0.0f;
-    const float sc1 = live1 ? to_float(scale[j + 1]) : 0.0f;
-    const float sh1 = live1 ? to_float(shift[j + 1]) : 0.0f;
+    const ChannelPair<RR, SS> ch(j, w_dw, scale, shift, p);
+    const int c0 = ch.live0 ? j / p.M : 0;
+    const int c1 = ch.live1 ? (j + 1) / p.M - c0 : -1;
     // Rows unrolled by four (3x3) or two (5x5, generic): their loads are in flight together.
 #pragma unroll(RR == 3 ? 4 : 2)
     for (int i = 0; i < ROWS; ++i) {
@@ -199,12 +234,9 @@ __device__ __forceinline__ void fill_depthwise_taps(u16* as, int as_stride, int 
       if (TILE_P % (WARPS * PL) != 0 && row >= TILE_P) break;
       const RowTaps t = rows[row];
       float d0, d1;
-      depthwise_pair<RR, SS, MODE>(x + c0, g0, p, t, c1, f0, f1, d0, d1);
-      const float a0 = dwsep_activate(d0 * sc0 + sh0, p.activation);
-      const float a1 = dwsep_activate(d1 * sc1 + sh1, p.activation);
-      const bool live = live0 && t.h0 > -0x20000000;
+      depthwise_pair<RR, SS, MODE>(x + c0, ch.g0, p, t, c1, ch.f0, ch.f1, d0, d1);
       *reinterpret_cast<u32*>(as + row * as_stride + jj) =
-          live ? pack_pair(a0, live1 ? a1 : 0.0f) : 0u;
+          ch.activated(d0, d1, p.activation, t.h0 > -0x20000000);
     }
   }
 }
@@ -282,25 +314,11 @@ __device__ __forceinline__ void fill_from_taps_rs(u16* as, const u16* ts, int va
                                                   const DwsepParams& p) {
   constexpr int PL = 32 / CP;
   constexpr int ROWS = (TILE_P + WARPS * PL - 1) / (WARPS * PL);
-  constexpr int TAPS = RR > 0 ? RR * SS : 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cpl = lane % CP, pl = lane / CP;
   const int rs = p.R * p.S;
   for (int jj = 2 * cpl; jj < KC; jj += 2 * CP) {
-    const int j = j0 + jj;
-    const bool live0 = j < p.MC, live1 = j + 1 < p.MC;
-    const elem_t* g0 = w_dw + j * rs;
-    float f0[TAPS], f1[TAPS];
-    if (RR > 0) {
-#pragma unroll
-      for (int t = 0; t < TAPS; ++t) {
-        f0[t] = live0 ? to_float(__ldg(g0 + t)) : 0.0f;
-        f1[t] = live1 ? to_float(__ldg(g0 + TAPS + t)) : 0.0f;
-      }
-    }
-    const float sc0 = live0 ? to_float(scale[j]) : 0.0f, sh0 = live0 ? to_float(shift[j]) : 0.0f;
-    const float sc1 = live1 ? to_float(scale[j + 1]) : 0.0f;
-    const float sh1 = live1 ? to_float(shift[j + 1]) : 0.0f;
+    const ChannelPair<RR, SS> ch(j0 + jj, w_dw, scale, shift, p);
 #pragma unroll(RR == 3 ? 4 : 2)
     for (int i = 0; i < ROWS; ++i) {
       const int row = warp * PL + pl + i * WARPS * PL;
@@ -309,25 +327,22 @@ __device__ __forceinline__ void fill_from_taps_rs(u16* as, const u16* ts, int va
       float d0 = 0.0f, d1 = 0.0f;
       if (RR > 0) {
 #pragma unroll
-        for (int t = 0; t < TAPS; ++t) {
+        for (int t = 0; t < ch.TAPS; ++t) {
           float v0, v1;
           unpack_pair(*reinterpret_cast<const u32*>(tap0 + t * TILE_P * KC), v0, v1);
-          d0 = fmaf(v0, f0[t], d0);
-          d1 = fmaf(v1, f1[t], d1);
+          d0 = fmaf(v0, ch.f0[t], d0);
+          d1 = fmaf(v1, ch.f1[t], d1);
         }
       } else {
         for (int t = 0; t < rs; ++t) {
           float v0, v1;
           unpack_pair(*reinterpret_cast<const u32*>(tap0 + t * TILE_P * KC), v0, v1);
-          d0 = fmaf(v0, live0 ? to_float(__ldg(g0 + t)) : 0.0f, d0);
-          d1 = fmaf(v1, live1 ? to_float(__ldg(g0 + rs + t)) : 0.0f, d1);
+          d0 = fmaf(v0, ch.tap0(t), d0);
+          d1 = fmaf(v1, ch.tap1(t, rs), d1);
         }
       }
-      const float a0 = dwsep_activate(d0 * sc0 + sh0, p.activation);
-      const float a1 = dwsep_activate(d1 * sc1 + sh1, p.activation);
-      const bool live = live0 && row < valid_rows;
       *reinterpret_cast<u32*>(as + row * B_STRIDE + jj) =
-          live ? pack_pair(a0, live1 ? a1 : 0.0f) : 0u;
+          ch.activated(d0, d1, p.activation, row < valid_rows);
     }
   }
 }
@@ -335,7 +350,8 @@ __device__ __forceinline__ void fill_from_taps_rs(u16* as, const u16* ts, int va
 // The activated depthwise values of chunk [j0, j0 + KC) from staged taps ts into A (as,
 // B_STRIDE u16 per row); rows from valid_rows on lie past the output (zeros).
 template <int CP>
-__device__ __forceinline__ void fill_from_taps(u16* as, const u16* ts, int valid_rows, int j0, const elem_t* __restrict__ w_dw,
+__device__ __forceinline__ void fill_from_taps(u16* as, const u16* ts, int valid_rows, int j0,
+                                               const elem_t* __restrict__ w_dw,
                                                const elem_t* __restrict__ scale,
                                                const elem_t* __restrict__ shift,
                                                const DwsepParams& p) {

@@ -95,12 +95,26 @@ class DwsepChunked(DwsepFamily):
 
 
 SMEM_OPT_IN = 227 * 1024  # dynamic shared memory one block may opt into on sm_90
+SMEM_TWO_BLOCKS = (228 * 1024) // 2 - 1024  # each of two blocks on one sm_90 multiprocessor
 
 
 class DwsepTensorCore(DwsepFamily):
     """What the tensor-core families share (dwsep_tc.cuh): warps_m x warps_n warps tile a
     block's tile_p pixels by tile_n output channels; the pointwise weight arrives in chunks of
-    kc channels through `stages` cp.async stages. NVIDIA only (mma.sync); bf16 and fp16."""
+    kc channels through `stages` cp.async stages. `occ` is the blocks per multiprocessor the
+    registers are held to (OCC in __launch_bounds__): 2 (at most 128 registers a thread) so
+    that one block's depthwise overlaps another's GEMM, or 1, which leaves the compiler free.
+    NVIDIA only (mma.sync); bf16 and fp16."""
+
+    @staticmethod
+    def occupancies(layout: dict[str, int]) -> tuple[int, ...]:
+        """The `occ` values worth compiling a layout for. Two blocks only of 8 warps whose
+        warps hold at most 32 accumulators a thread: 4-warp blocks fit twice already, 16-warp
+        ones would have 64 registers a thread, and 64 accumulators spill 0.5 to 1.5 KB a thread
+        within 128 registers (ptxas, sm_90a)."""
+        warps = layout["warps_m"] * layout["warps_n"]
+        accumulators = layout["tile_p"] * layout["tile_n"] // (32 * warps)
+        return (1, 2) if warps == 8 and accumulators <= 32 else (1,)
 
     def instances(self, operator: str, dtype: str) -> list[Instance]:
         return [] if dtype == "fp32" else super().instances(operator, dtype)
@@ -133,6 +147,9 @@ class DwsepTensorCore(DwsepFamily):
         need = self.shared_bytes(instance.settings, p)
         if need > SMEM_OPT_IN:
             return f"needs {need} bytes of shared memory for MC={p.MC}, above {SMEM_OPT_IN}"
+        if instance.settings["occ"] == 2 and need > SMEM_TWO_BLOCKS:
+            return (f"occ=2 needs two blocks' shared memory on a multiprocessor: {need} bytes "
+                    f"a block is above {SMEM_TWO_BLOCKS}")
         return None
 
 
@@ -142,7 +159,7 @@ class DwsepResident(DwsepTensorCore):
     (tile_n each); k_blocks blocks share a pixel tile's output channels (the depthwise is
     computed once per block). Besides the shared warp layouts, four of 16 warps, for wide C
     where one block fills a multiprocessor's shared memory. Config fields: tile_p, tile_n,
-    warps_m, warps_n, kc, stages, k_blocks."""
+    warps_m, warps_n, kc, stages, k_blocks, occ."""
 
     name = "dwsep_resident"
     short = "resident"
@@ -153,9 +170,10 @@ class DwsepResident(DwsepTensorCore):
     WIDE_LAYOUTS = ((32, 256, 2, 8), (64, 128, 2, 8), (64, 256, 4, 4), (128, 128, 4, 4))
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        return [{**layout, "kc": kc, "stages": 3, "k_blocks": k_blocks}
+        return [{**layout, "kc": kc, "stages": 3, "k_blocks": k_blocks, "occ": occ}
                 for layout in [*(w for w in self.warp_layouts() if w["tile_p"] <= 64),
                                *self.layouts(self.WIDE_LAYOUTS)]
+                for occ in self.occupancies(layout)
                 for kc in (32, 64) for k_blocks in (1, 2, 4)]
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
@@ -187,15 +205,17 @@ class DwsepStream(DwsepTensorCore):
     taps), and a block may walk `tiles` consecutive pixel tiles in one pipeline. With
     c_split > 1 a cluster of c_split blocks divides the chunks and adds up its partial sums in
     shared memory (sm_90 clusters): more blocks where pixels and output channels alone give
-    few. Config fields: tile_p, tile_n, warps_m, warps_n, kc, stages, c_split, tiles."""
+    few. Config fields: tile_p, tile_n, warps_m, warps_n, kc, stages, c_split, tiles, occ."""
 
     name = "dwsep_stream"
     short = "stream"
     source_file = "dwsep/stream.cu"
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        return [{**layout, "kc": kc, "stages": stages, "c_split": c_split, "tiles": tiles}
-                for layout in self.warp_layouts() for kc in (32, 64)
+        return [{**layout, "kc": kc, "stages": stages, "c_split": c_split, "tiles": tiles,
+                 "occ": occ}
+                for layout in self.warp_layouts() for occ in self.occupancies(layout)
+                for kc in (32, 64)
                 for stages, c_split, tiles in ((2, 1, 1), (3, 1, 1), (2, 1, 4), (2, 2, 1),
                                                (3, 2, 1), (2, 4, 1), (2, 8, 1))]
 
@@ -237,7 +257,7 @@ class DwsepHalo(DwsepTensorCore):
     tile_w allows) from taps held in registers. For
     many pixels and moderate channel counts (memory-bound blocks); multiplier 1 and C a
     multiple of 8. A block walks `tiles` consecutive tiles in one pipeline. Config fields:
-    tile_h, tile_w, tile_n, warps_m, warps_n, kc, stages, tiles."""
+    tile_h, tile_w, tile_n, warps_m, warps_n, kc, stages, tiles, occ."""
 
     name = "dwsep_halo"
     short = "halo"
@@ -248,8 +268,10 @@ class DwsepHalo(DwsepTensorCore):
         layouts = ((64, 32, 4, 1), (64, 64, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
                    (128, 32, 4, 1), (128, 64, 4, 2), (128, 128, 4, 2))
         return [{"tile_h": tile_h, "tile_w": tile_w, "tile_n": tile_n, "warps_m": warps_m,
-                 "warps_n": warps_n, "kc": kc, "stages": stages, "tiles": tiles}
+                 "warps_n": warps_n, "kc": kc, "stages": stages, "tiles": tiles, "occ": occ}
                 for tile_p, tile_n, warps_m, warps_n in layouts
+                for occ in self.occupancies({"tile_p": tile_p, "tile_n": tile_n,
+                                             "warps_m": warps_m, "warps_n": warps_n})
                 for tile_h, tile_w in shapes[tile_p] for kc in (32, 64)
                 for stages, tiles in ((2, 1), (3, 4), (4, 8))]
 

@@ -17,7 +17,8 @@
 // computed again by each of the ceil(K / TILE_N) blocks of a tile.
 //
 // Dynamic shared memory (dwsep/families.py): TILE_P * (KC + 8) + STAGES * (TILE_N * (KC + 8) +
-// HH * HW * KC) u16. Macros: TILE_H, TILE_W, TILE_N, WARPS_M, WARPS_N, KC, STAGES, TILES.
+// HH * HW * KC) u16. Macros: TILE_H, TILE_W, TILE_N, WARPS_M, WARPS_N, KC, STAGES, TILES,
+// OCC.
 #define TILE_P (TILE_H * TILE_W)
 #include "dwsep_tc.cuh"
 
@@ -83,26 +84,12 @@ __device__ __forceinline__ void halo_depthwise(u16* as, const u16* hs, int hw, i
   constexpr int GROUPS = 32 / CP;  // runs a warp covers per step
   constexpr int RUN = RR == 3 && TILE_W % 8 == 0 ? 8 : 4;
   constexpr int RUNS_PER_ROW = TILE_W / RUN, RUNS = TILE_H * RUNS_PER_ROW;
-  constexpr int TAPS = RR > 0 ? RR * SS : 1;
   constexpr int COLS = RR > 0 ? (RUN - 1) * ST + SS : 1;  // a run's input columns per row
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cpl = lane % CP, group = lane / CP;
   const int rs = p.R * p.S;
   for (int jj = 2 * cpl; jj < KC; jj += 2 * CP) {
-    const int j = j0 + jj;
-    const bool live0 = j < p.MC, live1 = j + 1 < p.MC;
-    const elem_t* g0 = w_dw + j * rs;
-    float f0[TAPS], f1[TAPS];
-    if (RR > 0) {
-#pragma unroll
-      for (int t = 0; t < TAPS; ++t) {
-        f0[t] = live0 ? to_float(__ldg(g0 + t)) : 0.0f;
-        f1[t] = live1 ? to_float(__ldg(g0 + TAPS + t)) : 0.0f;
-      }
-    }
-    const float sc0 = live0 ? to_float(scale[j]) : 0.0f, sh0 = live0 ? to_float(shift[j]) : 0.0f;
-    const float sc1 = live1 ? to_float(scale[j + 1]) : 0.0f;
-    const float sh1 = live1 ? to_float(shift[j + 1]) : 0.0f;
+    const ChannelPair<RR, SS> ch(j0 + jj, w_dw, scale, shift, p);
     for (int run = warp * GROUPS + group; run < RUNS; run += WARPS * GROUPS) {
       const int row = run / RUNS_PER_ROW, col0 = (run % RUNS_PER_ROW) * RUN;
       float d0[RUN], d1[RUN];
@@ -120,15 +107,14 @@ __device__ __forceinline__ void halo_depthwise(u16* as, const u16* hs, int hw, i
           for (int o = 0; o < RUN; ++o)
 #pragma unroll
             for (int s = 0; s < SS; ++s) {
-              d0[o] = fmaf(v0[o * ST + s], f0[r * SS + s], d0[o]);
-              d1[o] = fmaf(v1[o * ST + s], f1[r * SS + s], d1[o]);
+              d0[o] = fmaf(v0[o * ST + s], ch.f0[r * SS + s], d0[o]);
+              d1[o] = fmaf(v1[o * ST + s], ch.f1[r * SS + s], d1[o]);
             }
         }
       } else {
         for (int r = 0; r < p.R; ++r)
           for (int s = 0; s < p.S; ++s) {
-            const float w0 = live0 ? to_float(__ldg(g0 + r * p.S + s)) : 0.0f;
-            const float w1 = live1 ? to_float(__ldg(g0 + rs + r * p.S + s)) : 0.0f;
+            const float w0 = ch.tap0(r * p.S + s), w1 = ch.tap1(r * p.S + s, rs);
 #pragma unroll
             for (int o = 0; o < RUN; ++o) {
               const u16* src =
@@ -142,15 +128,15 @@ __device__ __forceinline__ void halo_depthwise(u16* as, const u16* hs, int hw, i
       }
 #pragma unroll
       for (int o = 0; o < RUN; ++o) {
-        d0[o] = d0[o] * sc0 + sh0;
-        d1[o] = d1[o] * sc1 + sh1;
+        d0[o] = d0[o] * ch.sc0 + ch.sh0;
+        d1[o] = d1[o] * ch.sc1 + ch.sh1;
       }
       activate_all(d0, p.activation);
       activate_all(d1, p.activation);
 #pragma unroll
       for (int o = 0; o < RUN; ++o)
         *reinterpret_cast<u32*>(as + (row * TILE_W + col0 + o) * B_STRIDE + jj) =
-            live0 ? pack_pair(d0[o], live1 ? d1[o] : 0.0f) : 0u;
+            ch.live0 ? pack_pair(d0[o], ch.live1 ? d1[o] : 0.0f) : 0u;
     }
   }
 }
@@ -173,7 +159,7 @@ __device__ __forceinline__ void halo_fill(u16* as, const u16* hs, int hw, int j0
     halo_depthwise<0, 0, 1, CP>(as, hs, hw, j0, w_dw, scale, shift, p);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void DWSEP_BOUNDS
 dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
            const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
            const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,

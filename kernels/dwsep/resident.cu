@@ -12,10 +12,11 @@
 // intermediate never leaves the chip.
 //
 // Dynamic shared memory: TILE_P * (AW + 8) + STAGES * TILE_N * (KC + 8) u16, AW = M*C rounded up
-// to KC, and TILE_P row descriptors (dwsep/families.py). Macros: TILE_P, TILE_N, WARPS_M, WARPS_N, KC, STAGES.
+// to KC, and TILE_P row descriptors (dwsep/families.py). Macros: TILE_P, TILE_N, WARPS_M,
+// WARPS_N, KC, STAGES, OCC.
 #include "dwsep_tc.cuh"
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void DWSEP_BOUNDS
 dwsep_resident(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
                const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
                const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,

@@ -19,7 +19,8 @@
 // Dynamic shared memory (dwsep/families.py): the larger of the pipeline's (staged taps:
 // TILE_P * (KC + 8) + STAGES * (TILE_N * (KC + 8) + R * S * TILE_P * KC) u16; otherwise
 // 2 * TILE_P * (KC + 8) + STAGES * TILE_N * (KC + 8) u16; and TILE_P row descriptors) and,
-// with C_SPLIT > 1, TILE_P * (TILE_N + 4) floats. Macros: TILE_P, TILE_N, WARPS_M, WARPS_N, KC, STAGES, C_SPLIT.
+// with C_SPLIT > 1, TILE_P * (TILE_N + 4) floats. Macros: TILE_P, TILE_N, WARPS_M, WARPS_N,
+// KC, STAGES, C_SPLIT, TILES, OCC.
 #include "dwsep_tc.cuh"
 
 #if C_SPLIT > 1
@@ -28,7 +29,7 @@
 #define CLUSTER
 #endif
 
-extern "C" __global__ void CLUSTER __launch_bounds__(THREADS, 1)
+extern "C" __global__ void CLUSTER DWSEP_BOUNDS
 dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
              const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
              const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
