@@ -126,6 +126,12 @@ def test_launch_geometry():
     assert launch.grid == (2, 4, 1)  # one 8 x 8 tile per image
     halo_pixels = (7 * 2 + 3) ** 2  # the input under an 8 x 8 tile at stride 2
     assert launch.shared_bytes == 2 * 64 * 40 + 2 * 2 * (64 * 40 + halo_pixels * 32)
+    split = instance("dwsep_halo", tile_h=8, tile_w=8, tile_n=64, kc=32, c_split=2)
+    [launch] = halo.launches(split, p)
+    assert launch.grid == (2, 4, 2)  # the cluster's two blocks along z share a tile
+    assert launch.shared_bytes == max(2 * 64 * 40 + 2 * 2 * (64 * 40 + halo_pixels * 32),
+                                      4 * 64 * (64 + 4))  # the pipeline or the partial sums
+    assert "c_split=2" in halo.applicable(split, problem(C=32))  # one chunk, two blocks
     p = problem(N=2, C=96, H=40, W=40, K=64)  # 5 x 5 tiles of 8 x 8 per image, 4 per block
     [launch] = halo.launches(instance("dwsep_halo", tile_h=8, tile_w=8, tile_n=64, tiles=4), p)
     assert launch.grid == (13, 1, 1)
@@ -138,6 +144,7 @@ def test_launch_geometry():
     ("dwsep_stream", dict(tile_p=64, tile_n=128, kc=32, tiles=4)),
     ("dwsep_halo", dict(tile_h=2, tile_w=32, tile_n=256, kc=64, tiles=4)),
     ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, tiles=4)),
+    ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, c_split=8)),
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)

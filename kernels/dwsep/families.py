@@ -254,10 +254,12 @@ class DwsepHalo(DwsepTensorCore):
     """2-D output tiles of tile_h x tile_w pixels inside one image; per chunk of kc channels
     the input under the tile, halo included, arrives once by cp.async and the depthwise reads
     it from shared memory, a thread computing 4 outputs along a row (8 for 3x3 filters where
-    tile_w allows) from taps held in registers. For
-    many pixels and moderate channel counts (memory-bound blocks); multiplier 1 and C a
-    multiple of 8. A block walks `tiles` consecutive tiles in one pipeline. Config fields:
-    tile_h, tile_w, tile_n, warps_m, warps_n, kc, stages, tiles, occ."""
+    tile_w allows) from taps held in registers. For many pixels and moderate channel counts
+    (memory-bound blocks); multiplier 1 and C a multiple of 8. A block walks `tiles`
+    consecutive tiles in one pipeline; or, with c_split > 1 (one tile a block), a cluster of
+    c_split blocks divides the chunks and adds up its partial sums in shared memory, for maps
+    of few tiles and wide C. Config fields: tile_h, tile_w, tile_n, warps_m, warps_n, kc,
+    stages, tiles, occ, c_split."""
 
     name = "dwsep_halo"
     short = "halo"
@@ -268,12 +270,14 @@ class DwsepHalo(DwsepTensorCore):
         layouts = ((64, 32, 4, 1), (64, 64, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
                    (128, 32, 4, 1), (128, 64, 4, 2), (128, 128, 4, 2))
         return [{"tile_h": tile_h, "tile_w": tile_w, "tile_n": tile_n, "warps_m": warps_m,
-                 "warps_n": warps_n, "kc": kc, "stages": stages, "tiles": tiles, "occ": occ}
+                 "warps_n": warps_n, "kc": kc, "stages": stages, "tiles": tiles, "occ": occ,
+                 "c_split": c_split}
                 for tile_p, tile_n, warps_m, warps_n in layouts
                 for occ in self.occupancies({"tile_p": tile_p, "tile_n": tile_n,
                                              "warps_m": warps_m, "warps_n": warps_n})
                 for tile_h, tile_w in shapes[tile_p] for kc in (32, 64)
-                for stages, tiles in ((2, 1), (3, 4), (4, 8))]
+                for stages, tiles, c_split in ((2, 1, 1), (3, 4, 1), (4, 8, 1), (2, 1, 2),
+                                               (2, 1, 4), (2, 1, 8))]
 
     @staticmethod
     def halo(c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
@@ -284,14 +288,19 @@ class DwsepHalo(DwsepTensorCore):
     def spatial_tiles(c: dict[str, Any], p: DwsepProblem) -> int:
         return p.N * -(-p.P // c["tile_h"]) * -(-p.Q // c["tile_w"])
 
-    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
-        return -(-self.spatial_tiles(c, p) // c["tiles"]), -(-p.K // c["tile_n"])
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int, int]:
+        return (-(-self.spatial_tiles(c, p) // c["tiles"]), -(-p.K // c["tile_n"]),
+                c["c_split"])
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
         hh, hw = self.halo(c, p)
-        steps = -(-p.C // c["kc"]) * min(c["tiles"], self.spatial_tiles(c, p))
+        tile_p = c["tile_h"] * c["tile_w"]
+        steps = (-(-chunks(c, p) // c["c_split"])
+                 * min(c["tiles"], self.spatial_tiles(c, p)))
         stage = 2 * (c["tile_n"] * (c["kc"] + 8) + hh * hw * c["kc"])
-        return 2 * c["tile_h"] * c["tile_w"] * (c["kc"] + 8) + min(c["stages"], steps) * stage
+        pipeline = 2 * tile_p * (c["kc"] + 8) + min(c["stages"], steps) * stage
+        partial_sums = 4 * tile_p * (c["tile_n"] + 4) if c["c_split"] > 1 else 0
+        return max(pipeline, partial_sums)
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         c = instance.settings
@@ -303,6 +312,10 @@ class DwsepHalo(DwsepTensorCore):
                         "covers the map with fewer idle rows")
         if c["tiles"] > 1 and self.spatial_tiles(c, p) <= c["tiles"]:
             return f"{self.spatial_tiles(c, p)} tiles make one block of {c['tiles']} at most"
+        count = chunks(c, p)
+        if c["c_split"] > 1 and (c["c_split"] - 1) * -(-count // c["c_split"]) >= count:
+            return (f"C={p.C} has {count} chunks of {c['kc']}: c_split={c['c_split']} "
+                    "leaves a block without one")
         return super().refuses(instance, p)
 
 

@@ -16,9 +16,14 @@
 // Multiplier 1 and C a multiple of 8 (16-byte copies along channels); the depthwise is
 // computed again by each of the ceil(K / TILE_N) blocks of a tile.
 //
-// Dynamic shared memory (dwsep/families.py): TILE_P * (KC + 8) + STAGES * (TILE_N * (KC + 8) +
-// HH * HW * KC) u16. Macros: TILE_H, TILE_W, TILE_N, WARPS_M, WARPS_N, KC, STAGES, TILES,
-// OCC.
+// With C_SPLIT > 1 (and one tile per block) a cluster of C_SPLIT blocks along z shares one
+// output tile, each block taking an equal run of the chunks; their partial sums meet in
+// shared memory across the cluster (sm_90), as in dwsep_stream: more blocks where a map has
+// few tiles and C is wide.
+//
+// Dynamic shared memory (dwsep/families.py): the larger of TILE_P * (KC + 8) + STAGES *
+// (TILE_N * (KC + 8) + HH * HW * KC) u16 and, with C_SPLIT > 1, TILE_P * (TILE_N + 4) floats.
+// Macros: TILE_H, TILE_W, TILE_N, WARPS_M, WARPS_N, KC, STAGES, TILES, OCC, C_SPLIT.
 #define TILE_P (TILE_H * TILE_W)
 #include "dwsep_tc.cuh"
 
@@ -47,6 +52,20 @@ __device__ __forceinline__ HaloTile halo_tile(int t, const DwsepParams& p) {
   const int tiles_w = (p.Q + TILE_W - 1) / TILE_W, tiles_h = (p.P + TILE_H - 1) / TILE_H;
   const int tw = t % tiles_w, rest = t / tiles_w;
   return {rest / tiles_h, (rest % tiles_h) * TILE_H, tw * TILE_W};
+}
+
+// A tile's rows as output pixels (n, p, q flattened), -1 past the output.
+struct HaloPixels {
+  HaloTile t;
+  int P, Q;
+  __device__ __forceinline__ long operator()(int row) const {
+    const int oh = t.oh0 + row / TILE_W, ow = t.ow0 + row % TILE_W;
+    return oh < P && ow < Q ? ((long)(t.n * P + oh) * Q + ow) : -1L;
+  }
+};
+
+__device__ __forceinline__ HaloPixels pixel_of(const HaloTile& t, const DwsepParams& p) {
+  return {t, p.P, p.Q};
 }
 
 // Channels [c0, c0 + KC) of the input under tile `t` into hs [HH * HW][KC], zeros outside the
@@ -159,7 +178,13 @@ __device__ __forceinline__ void halo_fill(u16* as, const u16* hs, int hw, int j0
     halo_depthwise<0, 0, 1, CP>(as, hs, hw, j0, w_dw, scale, shift, p);
 }
 
-extern "C" __global__ void DWSEP_BOUNDS
+#if C_SPLIT > 1
+#define CLUSTER __cluster_dims__(1, 1, C_SPLIT)
+#else
+#define CLUSTER
+#endif
+
+extern "C" __global__ void CLUSTER DWSEP_BOUNDS
 dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
            const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
            const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
@@ -172,7 +197,10 @@ dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   const int all_tiles = p.N * ((p.P + TILE_H - 1) / TILE_H) * ((p.Q + TILE_W - 1) / TILE_W);
   const int tile0 = blockIdx.x * TILES;
   const int tiles = min(TILES, all_tiles - tile0);
-  const int chunks = (p.C + KC - 1) / KC;
+  const int all_chunks = (p.C + KC - 1) / KC;
+  const int per_block = (all_chunks + C_SPLIT - 1) / C_SPLIT;
+  const int first = blockIdx.z * per_block;  // this block's chunks: [first, first + chunks)
+  const int chunks = max(0, min(all_chunks - first, per_block));
   const int steps = tiles * chunks;
   const int stage_u16 = TILE_N * B_STRIDE + hh * hw * KC;
   u16* a = smem;                           // [TILE_P][B_STRIDE]
@@ -182,9 +210,9 @@ dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   int load_tile = 0, load_chunk = 0;
   auto load = [&](int stage) {
     u16* st = stages + stage * stage_u16;
-    load_pointwise(st, w_pw, p, k0, load_chunk * KC);
+    load_pointwise(st, w_pw, p, k0, (first + load_chunk) * KC);
     load_halo(st + TILE_N * B_STRIDE, halo_tile(tile0 + load_tile, p), x, p, hh, hw,
-              load_chunk * KC);
+              (first + load_chunk) * KC);
     if (++load_chunk == chunks) load_chunk = 0, ++load_tile;
   };
 #pragma unroll
@@ -201,19 +229,20 @@ dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
     if (step + STAGES - 1 < steps) load((step + STAGES - 1) % STAGES);
     cp_async_commit();
     const u16* st = stages + (step % STAGES) * stage_u16;
-    halo_fill<CP>(a, st + TILE_N * B_STRIDE, hw, chunk * KC, w_dw, scale, shift, p);
+    halo_fill<CP>(a, st + TILE_N * B_STRIDE, hw, (first + chunk) * KC, w_dw, scale, shift, p);
     __syncthreads();  // A is visible
     warp_chunk(acc, a, B_STRIDE, st, wm, wn);
-    if (++chunk == chunks) {
-      const HaloTile t = halo_tile(tile0 + tile, p);
-      store_outputs(acc, y, b_pw, p, k0, wm, wn, [&](int row) {
-        const int oh = t.oh0 + row / TILE_W, ow = t.ow0 + row % TILE_W;
-        return oh < p.P && ow < p.Q ? ((long)(t.n * p.P + oh) * p.Q + ow) : -1L;
-      });
+    if (++chunk == chunks && C_SPLIT == 1) {
+      store_outputs(acc, y, b_pw, p, k0, wm, wn, pixel_of(halo_tile(tile0 + tile, p), p));
       acc.clear();
       chunk = 0;
       ++tile;
     }
   }
   cp_async_wait<0>();
+#if C_SPLIT > 1
+  __syncthreads();  // the pipeline's buffers are free for the partial sums
+  cluster_reduce_store<C_SPLIT>(acc, reinterpret_cast<float*>(smem), y, b_pw, p, k0, wm, wn,
+                                pixel_of(halo_tile(tile0, p), p));
+#endif
 }

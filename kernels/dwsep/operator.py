@@ -52,14 +52,14 @@ INTERACTIONS = (
     ("fill_2d", "pixels / (tiles_2d * tile_m)"),
     ("halo_reads", "((tile_m / tile_w - 1) * stride + R) * ((tile_w - 1) * stride + S) / tile_m"),
     ("waves_2d", "tiles_2d * tiles_k / (sm_count * occupancy)"),
-    # the channel chunks' fill, a block's share of them (dwsep_stream's cluster split), and the
-    # launched grid with the tiles a block walks and the cluster's blocks
+    # the channel chunks' fill, a block's share of them (dwsep_stream's and dwsep_halo's cluster
+    # split), and the launched grid with the tiles a block walks and the cluster's blocks
     ("fill_c", "MC / (chunks * tile_k)"),
     ("chunks_block", "cdiv(chunks, c_split)"),
     ("steps_block", "chunks_block * tiles"),
     ("launch_blocks", "cdiv(tiles_p, tiles) * blocks_k * c_split"),
     ("launch_waves", "launch_blocks / (sm_count * occupancy)"),
-    ("launch_blocks_2d", "cdiv(tiles_2d, tiles) * tiles_k"),
+    ("launch_blocks_2d", "cdiv(tiles_2d, tiles) * tiles_k * c_split"),
     ("launch_waves_2d", "launch_blocks_2d / (sm_count * occupancy)"),
 )
 
@@ -159,7 +159,8 @@ class DwsepForward(OperatorSpec):
         """tile_m pixels (dwsep_halo: tile_h x tile_w) by tile_n output channels per block,
         tile_k channels per step; split: the blocks sharing a pixel tile's output channels
         (dwsep_resident's k_blocks; one per channel tile otherwise); c_split: the blocks of a
-        cluster dividing the channels (dwsep_stream); tiles: the tiles one block walks."""
+        cluster dividing the channels (dwsep_stream, dwsep_halo); tiles: the tiles one block
+        walks."""
         nan = float("nan")
         tile_m = float(config["tile_h"] * config["tile_w"] if "tile_h" in config
                        else config.get("tile_p", nan))
