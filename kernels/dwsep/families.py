@@ -120,6 +120,15 @@ class DwsepTensorCore(DwsepFamily):
         return [] if dtype == "fp32" else super().instances(operator, dtype)
 
     @staticmethod
+    def empty_split(c: dict[str, Any], p: DwsepProblem) -> str | None:
+        """Why a cluster split (c_split) would leave one of its blocks without a chunk."""
+        count = chunks(c, p)
+        if c["c_split"] > 1 and (c["c_split"] - 1) * -(-count // c["c_split"]) >= count:
+            return (f"MC={p.MC} has {count} chunks of {c['kc']}: c_split={c['c_split']} "
+                    "leaves a block without one")
+        return None
+
+    @staticmethod
     def layouts(rows: tuple[tuple[int, int, int, int], ...]) -> list[dict[str, int]]:
         """(tile_p, tile_n, warps_m, warps_n) rows as config fields."""
         return [dict(zip(("tile_p", "tile_n", "warps_m", "warps_n"), row)) for row in rows]
@@ -243,11 +252,7 @@ class DwsepStream(DwsepTensorCore):
             return "tiles > 1 needs staged taps: multiplier 1 and C a multiple of 8"
         if c["tiles"] > 1 and pixel_tiles(c, p) <= c["tiles"]:
             return f"{p.N * p.P * p.Q} pixels make one block of {c['tiles']} tiles at most"
-        count = chunks(c, p)
-        if c["c_split"] > 1 and (c["c_split"] - 1) * -(-count // c["c_split"]) >= count:
-            return (f"MC={p.MC} has {count} chunks of {c['kc']}: c_split={c['c_split']} "
-                    "leaves a block without one")
-        return super().refuses(instance, p)
+        return self.empty_split(c, p) or super().refuses(instance, p)
 
 
 class DwsepHalo(DwsepTensorCore):
@@ -312,11 +317,7 @@ class DwsepHalo(DwsepTensorCore):
                         "covers the map with fewer idle rows")
         if c["tiles"] > 1 and self.spatial_tiles(c, p) <= c["tiles"]:
             return f"{self.spatial_tiles(c, p)} tiles make one block of {c['tiles']} at most"
-        count = chunks(c, p)
-        if c["c_split"] > 1 and (c["c_split"] - 1) * -(-count // c["c_split"]) >= count:
-            return (f"C={p.C} has {count} chunks of {c['kc']}: c_split={c['c_split']} "
-                    "leaves a block without one")
-        return super().refuses(instance, p)
+        return self.empty_split(c, p) or super().refuses(instance, p)
 
 
 FAMILY = register(DwsepChunked())
