@@ -127,7 +127,7 @@ def networks_table(data: Dataset, config: TrainConfig) -> dict:
 
 
 def evaluate_op(store, op: str, args, resources) -> dict:
-    config = TrainConfig(threads=args.threads)
+    config = TrainConfig(threads=args.threads, keep_within=args.keep_within)
     data = cap_rows(load_dataset(store, op, args.arch, args.dtype, resources=resources),
                     args.rows)
     synthetic = bool(data.window.get("synthetic"))
@@ -162,7 +162,7 @@ def training_time(op: str, args, rows: int) -> dict:
         problems = synthetic_problems(op, args.dtype, 0, int(rows / 45) + 50, seed=5)
         seed_synthetic(store, problems, args.arch)
         data = cap_rows(load_dataset(store, op, args.arch, args.dtype), rows)
-        model = train(data, TrainConfig(threads=args.threads))
+        model = train(data, TrainConfig(threads=args.threads, keep_within=args.keep_within))
     m = model.metrics
     print(f"training time, {op}: {m['training_rows']} SYNTHETIC training rows (timing only), "
           f"every kind ({', '.join(m['candidates'])}) in {m['training_seconds']:.1f} s on "
@@ -185,6 +185,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--shapes", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--keep-within", type=float, default=None, metavar="FRACTION",
+                        help="keep the candidates within this fraction of the fastest on some "
+                             "training problem (default: the operator's)")
     parser.add_argument("--folds", choices=["networks", "default"], default="networks")
     parser.add_argument("--timing-rows", type=int, default=0, metavar="ROWS")
     parser.add_argument("--no-resources", action="store_true")

@@ -302,3 +302,38 @@ def test_lazy_checks_choose_as_filtering_first(fwd):
         assert s.top(p, 3) == [s.names[i] for i in order[:3]]
         passed_over += not ok[int(np.argmin(cost))]
     assert passed_over > 0
+
+
+def test_kept_candidates_are_those_close_to_a_training_problems_fastest():
+    import pandas as pd
+
+    from farm.select.train import kept_candidates
+
+    frame = pd.DataFrame({"problem": [0, 0, 0, 1, 1, 1], "candidate": [0, 1, 2, 0, 1, 3],
+                          "status": ["ok", "ok", "ok", "ok", "ok", "failed"],
+                          "applicable": [True, True, True, True, True, True],
+                          "median_us": [10.0, 10.2, 20.0, 10.0, 9.0, 1.0]})
+    assert list(kept_candidates(frame, 0.97, 5)) == [0, 1]  # 2 is far, 3 failed, 4 unmeasured
+    assert list(kept_candidates(frame, 0.0, 5)) == [0, 1, 2, 3, 4]
+
+
+def test_a_pruned_model_chooses_among_the_kept_and_is_scored_against_all(fwd):
+    import dataclasses as dc
+
+    from farm.select.train import TrainConfig, kept_candidates
+
+    model = train(fwd.data, TrainConfig(keep_within=0.97))
+    kept = kept_candidates(usable(fwd.data.part("train")), 0.97, len(fwd.data.catalogue))
+    assert 0 < len(model.catalogue) == len(kept) == model.metrics["candidates_kept"] < len(
+        fwd.data.catalogue)
+    assert [e.name for e in model.catalogue] == [fwd.data.catalogue[i].name for i in kept]
+    held = usable(fwd.data.part("holdout"))
+    raw = Selector(bundle_files(model), "lightgbm")._booster.predict(
+        pair_features(model.spec, fwd.data.catalogue, held), raw_score=True)
+    cost = np.where(held["candidate"].isin(kept), cost_of(model.kind, raw), np.inf)
+    scored = efficiency(held, cost)  # the oracle over every candidate, pruned ones included
+    assert scored.mean == model.metrics["holdout"]["mean"]
+    pruned_oracle = efficiency(held[held["candidate"].isin(kept)], cost[held["candidate"].isin(
+        kept).to_numpy()])
+    assert scored.mean <= pruned_oracle.mean  # never scored against the kept ones alone
+    assert dc.asdict(TrainConfig())["keep_within"] is None

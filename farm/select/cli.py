@@ -44,6 +44,9 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
               "--holdout-network", help="Networks held out (repeatable)")] = [],
           rounds: Annotated[int, typer.Option(help="Most boosting rounds (trees)")] = 100,
           learning_rate: Annotated[float, typer.Option(help="Boosting learning rate")] = 0.2,
+          keep_within: Annotated[Optional[float], typer.Option(
+              help="Keep the candidates within this fraction of the fastest on some training "
+                   "problem (0.97: 3%; 0: all; default: the operator's)")] = None,
           include_replay: Annotated[bool, typer.Option(help="Train on replayed rows too")] = False,
           resources: Annotated[bool, typer.Option(
               help="Registers/shared memory from the compile cache")] = True,
@@ -69,7 +72,8 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
         for o, a, d in targets:
             lookup = compile_cache_resources(a) if resources else no_resources
             data = load_dataset(store, o, a, d, split, lookup, include_replay)
-            model = fit(data, TrainConfig(rounds=rounds, learning_rate=learning_rate))
+            model = fit(data, TrainConfig(rounds=rounds, learning_rate=learning_rate,
+                                          keep_within=keep_within))
             done = register(store, model, data)
             out.print(summary(model), highlight=False)
             out.print(f"  model {done.model.id} version {done.model.version}: "

@@ -50,8 +50,10 @@ def leave_networks_out(data: Dataset, config: TrainConfig = TrainConfig(),
         seconds.append(model.metrics["training_seconds"])
         held = usable(part.part("holdout"))
         booster = lgb.Booster(model_str=model.model_text)
-        cost = cost_of(model.kind, booster.predict(pair_features(model.spec, model.catalogue,
-                                                                 held), raw_score=True))
+        raw = booster.predict(pair_features(model.spec, part.catalogue, held), raw_score=True)
+        kept = {e.name for e in model.catalogue}  # candidates the model may choose
+        chosen = np.array([part.catalogue[c].name in kept for c in held["candidate"]], bool)
+        cost = np.where(chosen, cost_of(model.kind, raw), np.inf)
         name = "+".join(fold)
         per_fold[name] = {"kind": model.kind, "trees": model.metrics["trees"],
                           **efficiency(held, cost).record()}

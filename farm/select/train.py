@@ -52,6 +52,13 @@ class TrainConfig:
     kinds: tuple[str, ...] = KINDS
     threads: int = 1  # OpenMP threads; more only pays on an otherwise idle machine
     seed: int = 0
+    keep_within: float | None = None  # candidates kept: those within this fraction of the
+    # fastest on some training problem (0.97: 3%); 0 keeps all; None: the operator's default
+
+    def kept_fraction(self, operator: str) -> float:
+        if self.keep_within is not None:
+            return self.keep_within
+        return operator_spec(operator).keep_within
 
     def params(self, kind: str) -> dict[str, Any]:
         common = {"learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
@@ -117,6 +124,16 @@ def _targets(frame: pd.DataFrame, penalty: float) -> tuple[np.ndarray, np.ndarra
     return np.log(latency), np.log(best / latency), grade.astype(np.int32)
 
 
+def kept_candidates(frame: pd.DataFrame, within: float, count: int) -> np.ndarray:
+    """Catalogue indices (of `count`) of the candidates whose ok time is within `within` of
+    the fastest of at least one problem of `frame`, sorted; all of them where within is 0."""
+    if within <= 0:
+        return np.arange(count)
+    ok = frame[frame["status"].eq("ok") & frame["applicable"]]
+    best = ok.groupby("problem")["median_us"].transform("min")
+    return np.unique(ok.loc[best / ok["median_us"] >= within, "candidate"].to_numpy())
+
+
 def usable(frame: pd.DataFrame, applicable_only: bool = True) -> pd.DataFrame:
     """Pairs (the applicable ones only, by default) of problems with at least one applicable
     ok time, grouped by problem."""
@@ -156,7 +173,11 @@ def _fit(kind: str, config: TrainConfig, names: tuple[str, ...], x: np.ndarray,
 
 
 def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
-    """Fit each kind, keep the better by validation efficiency, score it on the holdout."""
+    """Fit each kind, keep the better by validation efficiency, score it on the holdout.
+
+    Only the candidates that come within `keep_within` of the fastest on some training problem
+    are learnt and exported; the others get an infinite cost in the figures, which are still
+    measured against the fastest of all candidates."""
     start = time.perf_counter()
     spec = FeatureSpec.build(data.operator, data.dtype, data.device)
     parts = {s: usable(data.part(s)) for s in ("train", "validation", "holdout")}
@@ -164,16 +185,20 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
         if parts[name]["problem"].nunique() < 2:
             raise ValueError(f"too few {name} problems with an ok time to train "
                              f"{data.operator} {data.dtype} on {data.arch}")
+    kept = kept_candidates(parts["train"], config.kept_fraction(data.operator),
+                           len(data.catalogue))
     x = {s: pair_features(spec, data.catalogue, p) for s, p in parts.items()}
     fit = {s: usable(data.part(s), not config.learn_inapplicable) for s in ("train", "validation")}
+    fit = {s: f[f["candidate"].isin(kept)] for s, f in fit.items()}
     xf = {s: pair_features(spec, data.catalogue, p) for s, p in fit.items()}
+    dropped = {s: ~p["candidate"].isin(kept).to_numpy() for s, p in parts.items()}
     fitted, scores, costs = {}, {}, {}
     for kind in config.kinds:
         booster = _fit(kind, config, spec.names, xf["train"], fit["train"], xf["validation"],
                        fit["validation"])
         fitted[kind] = booster
-        costs[kind] = {s: cost_of(kind, booster.predict(
-            x[s], num_iteration=booster.best_iteration, raw_score=True)) for s in parts}
+        costs[kind] = {s: np.where(dropped[s], np.inf, cost_of(kind, booster.predict(
+            x[s], num_iteration=booster.best_iteration, raw_score=True))) for s in parts}
         scores[kind] = {s: efficiency(parts[s], costs[kind][s]).record() for s in parts}
     chosen = max(config.kinds, key=lambda k: (scores[k]["validation"]["mean"],
                                               scores[k]["validation"]["p10"]))
@@ -187,9 +212,11 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
                               for k, v in scores.items()},
                "trees": booster.best_iteration or booster.num_trees(),
                "training_rows": int(len(fit["train"])), "training_seconds": seconds,
+               "candidates_kept": int(len(kept)),
                "synthetic": bool(data.window.get("synthetic")),
                "per_problem": per_problem(data, parts["holdout"], costs[chosen]["holdout"])}
-    return TrainedModel(spec, data.catalogue, chosen, text, metrics, dict(data.window),
+    catalogue = tuple(data.catalogue[i] for i in kept)
+    return TrainedModel(spec, catalogue, chosen, text, metrics, dict(data.window),
                         asdict(config))
 
 
