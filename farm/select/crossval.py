@@ -16,7 +16,7 @@ import pandas as pd
 from farm.select.data import (Dataset, SplitConfig, assign_splits, geometries, network_membership,
                               networks_dir)
 from farm.select.evaluate import efficiency
-from farm.select.train import TrainConfig, cost_of, pair_features, train, usable
+from farm.select.train import TrainConfig, pair_features, pruned_cost, train, usable
 
 
 def resplit(data: Dataset, holdout: Sequence[str], split: SplitConfig = SplitConfig()
@@ -51,9 +51,9 @@ def leave_networks_out(data: Dataset, config: TrainConfig = TrainConfig(),
         held = usable(part.part("holdout"))
         booster = lgb.Booster(model_str=model.model_text)
         raw = booster.predict(pair_features(model.spec, part.catalogue, held), raw_score=True)
-        kept = {e.name for e in model.catalogue}  # candidates the model may choose
-        chosen = np.array([part.catalogue[c].name in kept for c in held["candidate"]], bool)
-        cost = np.where(chosen, cost_of(model.kind, raw), np.inf)
+        names = {e.name for e in model.catalogue}  # the candidates the model may choose
+        kept = [i for i, e in enumerate(part.catalogue) if e.name in names]
+        cost = pruned_cost(model.kind, raw, held, np.array(kept))
         name = "+".join(fold)
         per_fold[name] = {"kind": model.kind, "trees": model.metrics["trees"],
                           **efficiency(held, cost).record()}

@@ -124,6 +124,12 @@ def _targets(frame: pd.DataFrame, penalty: float) -> tuple[np.ndarray, np.ndarra
     return np.log(latency), np.log(best / latency), grade.astype(np.int32)
 
 
+def pruned_cost(kind: str, raw: np.ndarray, frame: pd.DataFrame, kept: np.ndarray) -> np.ndarray:
+    """Costs of a frame's pairs from the model's raw scores; infinite for the candidates it
+    does not keep (catalogue indices `kept`), which it never chooses."""
+    return np.where(frame["candidate"].isin(kept).to_numpy(), cost_of(kind, raw), np.inf)
+
+
 def kept_candidates(frame: pd.DataFrame, within: float, count: int) -> np.ndarray:
     """Catalogue indices (of `count`) of the candidates whose ok time is within `within` of
     the fastest of at least one problem of `frame`, sorted; all of them where within is 0."""
@@ -191,14 +197,14 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
     fit = {s: usable(data.part(s), not config.learn_inapplicable) for s in ("train", "validation")}
     fit = {s: f[f["candidate"].isin(kept)] for s, f in fit.items()}
     xf = {s: pair_features(spec, data.catalogue, p) for s, p in fit.items()}
-    dropped = {s: ~p["candidate"].isin(kept).to_numpy() for s, p in parts.items()}
     fitted, scores, costs = {}, {}, {}
     for kind in config.kinds:
         booster = _fit(kind, config, spec.names, xf["train"], fit["train"], xf["validation"],
                        fit["validation"])
         fitted[kind] = booster
-        costs[kind] = {s: np.where(dropped[s], np.inf, cost_of(kind, booster.predict(
-            x[s], num_iteration=booster.best_iteration, raw_score=True))) for s in parts}
+        costs[kind] = {s: pruned_cost(kind, booster.predict(
+            x[s], num_iteration=booster.best_iteration, raw_score=True), parts[s], kept)
+            for s in parts}
         scores[kind] = {s: efficiency(parts[s], costs[kind][s]).record() for s in parts}
     chosen = max(config.kinds, key=lambda k: (scores[k]["validation"]["mean"],
                                               scores[k]["validation"]["p10"]))

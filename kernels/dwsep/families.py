@@ -120,6 +120,12 @@ class DwsepTensorCore(DwsepFamily):
         return [] if dtype == "fp32" else super().instances(operator, dtype)
 
     @staticmethod
+    def cluster_sums_bytes(tile_p: int, c: dict[str, Any]) -> int:
+        """A cluster split's partial sums (cluster_reduce_store): tile_p x (tile_n + 4) floats,
+        in the pipeline's shared memory once it is done; none without a split."""
+        return 4 * tile_p * (c["tile_n"] + 4) if c["c_split"] > 1 else 0
+
+    @staticmethod
     def empty_split(c: dict[str, Any], p: DwsepProblem) -> str | None:
         """Why a cluster split (c_split) would leave one of its blocks without a chunk."""
         count = chunks(c, p)
@@ -243,8 +249,7 @@ class DwsepStream(DwsepTensorCore):
             pipeline = 2 * c["tile_p"] * (c["kc"] + 8) + min(c["stages"], steps) * stage
         else:
             pipeline = 2 * 2 * c["tile_p"] * (c["kc"] + 8) + super().shared_bytes(c, p)
-        partial_sums = 4 * c["tile_p"] * (c["tile_n"] + 4) if c["c_split"] > 1 else 0
-        return max(pipeline, partial_sums)
+        return max(pipeline, self.cluster_sums_bytes(c["tile_p"], c))
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         c = instance.settings
@@ -272,15 +277,13 @@ class DwsepHalo(DwsepTensorCore):
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
         shapes = {64: ((8, 8), (4, 16), (2, 32)), 128: ((16, 8), (8, 16), (4, 32))}
-        layouts = ((64, 32, 4, 1), (64, 64, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
-                   (128, 32, 4, 1), (128, 64, 4, 2), (128, 128, 4, 2))
-        return [{"tile_h": tile_h, "tile_w": tile_w, "tile_n": tile_n, "warps_m": warps_m,
-                 "warps_n": warps_n, "kc": kc, "stages": stages, "tiles": tiles, "occ": occ,
-                 "c_split": c_split}
-                for tile_p, tile_n, warps_m, warps_n in layouts
-                for occ in self.occupancies({"tile_p": tile_p, "tile_n": tile_n,
-                                             "warps_m": warps_m, "warps_n": warps_n})
-                for tile_h, tile_w in shapes[tile_p] for kc in (32, 64)
+        layouts = self.layouts(((64, 32, 4, 1), (64, 64, 2, 2), (64, 128, 2, 4), (64, 256, 2, 4),
+                                (128, 32, 4, 1), (128, 64, 4, 2), (128, 128, 4, 2)))
+        return [{"tile_h": tile_h, "tile_w": tile_w, "tile_n": w["tile_n"],
+                 "warps_m": w["warps_m"], "warps_n": w["warps_n"], "kc": kc, "stages": stages,
+                 "tiles": tiles, "occ": occ, "c_split": c_split}
+                for w in layouts for occ in self.occupancies(w)
+                for tile_h, tile_w in shapes[w["tile_p"]] for kc in (32, 64)
                 for stages, tiles, c_split in ((2, 1, 1), (3, 4, 1), (4, 8, 1), (2, 1, 2),
                                                (2, 1, 4), (2, 1, 8))]
 
@@ -304,8 +307,7 @@ class DwsepHalo(DwsepTensorCore):
                  * min(c["tiles"], self.spatial_tiles(c, p)))
         stage = 2 * (c["tile_n"] * (c["kc"] + 8) + hh * hw * c["kc"])
         pipeline = 2 * tile_p * (c["kc"] + 8) + min(c["stages"], steps) * stage
-        partial_sums = 4 * tile_p * (c["tile_n"] + 4) if c["c_split"] > 1 else 0
-        return max(pipeline, partial_sums)
+        return max(pipeline, self.cluster_sums_bytes(tile_p, c))
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         c = instance.settings
