@@ -37,6 +37,7 @@ import pandas as pd
 from bench.common import write_result
 from farm.problems import Problem, ProblemError
 from farm.recording import read_recording, row_problem
+from farm.measure import DeviceLost
 from farm.timing import TimingPolicy
 from farm.worker import GpuWorker
 from kernels import families_for
@@ -185,26 +186,42 @@ def main() -> None:
     copy_gbps = copy_bandwidth_gbps()
     rows, table = [], []
     seen: set[Problem] = set()
+    lost: dict | None = None  # the pair that lost the GPU context, which ends the run
     start = time.perf_counter()
     for op in args.ops:
+        if lost:
+            break
         instances = [i for f in sorted(families_for(op), key=lambda f: f.measure_order)
                      if f.name not in NAIVE for i in f.instances(op, args.dtype)]
         with_compiled = op in COMPILED_BY_DEFAULT if args.compiled is None else args.compiled
         if with_compiled and instances and instances[0].family == VENDOR.name:
             instances.insert(1, VENDOR.compiled_instance(op, args.dtype))  # after the vendor's
         for batch in args.batch:
+            if lost:
+                break
             for label, problem in shapes(op, args.shapes, args.dtype, batch):
                 if problem in seen:
                     continue
                 seen.add(problem)
                 if with_compiled:
                     forget_compiled()
-                results = list(worker.measure_problem(problem, instances, POLICY))
+                results = []
+                try:
+                    for pair in worker.measure_problem(problem, instances, POLICY):
+                        results.append(pair)
+                except DeviceLost as exc:  # the context is gone: keep what was measured
+                    culprit = results[-1][0].name if results else None
+                    lost = {"op": op, "batch": batch, "shape": label, "problem": problem.label(),
+                            "instance": culprit, "message": str(exc)}
+                    print(f"GPU context lost on {problem.label()} by {lost['instance']}: "
+                          f"{exc}; writing the shapes measured so far", flush=True)
                 for instance, result in results:
                     rows.append({"op": op, "batch": batch, "shape": label,
                                  "problem": problem.label(), "family": instance.family,
                                  "instance": instance.name, **result.row(), "policy": None,
                                  "telemetry": None})
+                if lost:  # a shape measured in part has no best instance to report
+                    break
                 table.append(entry := summarize(op, batch, label, problem, results, copy_gbps))
                 compiled = (f"compiled {entry['compiled_us'] or float('nan'):9.1f} us  "
                             if with_compiled else "")
@@ -218,12 +235,15 @@ def main() -> None:
     figures = {"dtype": args.dtype, "batch": args.batch, "copy_gbps": copy_gbps,
                "shapes_from": args.shapes, "policy": POLICY.model_dump(),
                "geomean_speedup": geomeans, "shapes": table,
-               "seconds": time.perf_counter() - start}
+               "seconds": time.perf_counter() - start, "device_lost": lost}
     path = write_result(args.name, worker.fingerprint, figures, args.out)
     pd.DataFrame(rows).to_parquet(path.with_name(f"{args.name}_pairs.parquet"), index=False)
     print("geomean speedup over the vendor:", json.dumps(geomeans, indent=1),
           f"copy {copy_gbps:.0f} GB/s" if copy_gbps else "")
     print(f"wrote {path}")
+    if lost:
+        raise SystemExit(f"incomplete: the GPU context was lost on {lost['problem']} by "
+                         f"{lost['instance']} ({lost['message']})")
 
 
 def op_geomeans(entries: list[dict], batches: list[int]) -> dict:

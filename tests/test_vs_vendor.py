@@ -143,3 +143,45 @@ def test_the_recorded_comparison_splits_by_batch(tmp_path):
         assert part["shapes"] == len(mine) > 0
         assert math.isclose(part["geomean"], geomean(mine))
     assert sum(p["shapes"] for p in summary["by_batch"].values()) == summary["shapes"]
+
+
+def test_a_lost_gpu_context_ends_the_run_with_the_shapes_measured_before_it(monkeypatch,
+                                                                             tmp_path):
+    """A hung or faulting instance loses the GPU context: the run writes the whole shapes it
+    measured, every pair of the shape it was on, and the pair to blame, then exits non-zero."""
+    import sys
+
+    import pandas as pd
+
+    import bench.vs_vendor as vs_vendor
+    from farm.measure import DeviceLost
+
+    second = operator_spec(OP).problem("bf16", dict(N=2, C=32, H=14, W=14, K=64, R=3, S=3,
+                                                    pad=1))
+
+    class LosingWorker:
+        fingerprint = {"gpu_name": "stand-in"}
+
+        def measure_problem(self, problem, instances, policy):
+            yield EAGER, ok(20.0)
+            if problem == second:
+                yield OURS, PairResult("timeout", message="timeout: the kernel did not finish")
+                raise DeviceLost("timeout: the kernel did not finish within 10 s")
+            yield OURS, ok(10.0)
+
+    monkeypatch.setattr(vs_vendor, "GpuWorker", LosingWorker)
+    monkeypatch.setattr(vs_vendor, "copy_bandwidth_gbps", lambda: 3000.0)
+    monkeypatch.setattr(vs_vendor, "shapes",
+                        lambda op, which, dtype, batch: [("first", PROBLEM), ("second", second)])
+    monkeypatch.setattr(sys, "argv", ["vs_vendor.py", "--ops", OP, "--batch", "1",
+                                      "--no-compiled", "--out", str(tmp_path), "--name", "lost"])
+    with pytest.raises(SystemExit, match=f"lost on {second.label()} by {OURS.name}"):
+        vs_vendor.main()
+    figures = json.loads((tmp_path / "lost.json").read_text())["figures"]
+    assert [e["shape"] for e in figures["shapes"]] == ["first"]
+    assert figures["shapes"][0]["speedup"] == pytest.approx(2.0)
+    assert figures["device_lost"]["instance"] == OURS.name
+    assert figures["device_lost"]["message"].startswith("timeout")
+    pairs = pd.read_parquet(tmp_path / "lost_pairs.parquet")
+    assert list(pairs["shape"]) == ["first", "first", "second", "second"]
+    assert list(pairs["status"]) == ["ok", "ok", "ok", "timeout"]
