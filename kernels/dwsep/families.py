@@ -220,23 +220,36 @@ class DwsepStream(DwsepTensorCore):
     taps), and a block may walk `tiles` consecutive pixel tiles in one pipeline. With
     c_split > 1 a cluster of c_split blocks divides the chunks and adds up its partial sums in
     shared memory (sm_90 clusters): more blocks where pixels and output channels alone give
-    few. Config fields: tile_p, tile_n, warps_m, warps_n, kc, stages, c_split, tiles, occ."""
+    few. Each configuration is compiled for one case, so that its code holds that case only
+    (a smaller kernel, the taps' loops unrolled): `filter` 3 or 5 (R = S = filter) or 0 (every
+    other size), and `staged` 1 (staged taps) or 0. A problem meets one case, so it has as
+    many candidates as before. Config fields: tile_p, tile_n, warps_m, warps_n, kc, stages,
+    c_split, tiles, occ, filter, staged."""
 
     name = "dwsep_stream"
     short = "stream"
     source_file = "dwsep/stream.cu"
 
+    FILTERS = (3, 5)  # compiled for their own instances; other sizes share filter = 0
+
     def configs(self, operator: str) -> list[dict[str, Any]]:
         return [{**layout, "kc": kc, "stages": stages, "c_split": c_split, "tiles": tiles,
-                 "occ": occ}
+                 "occ": occ, "filter": filter_size, "staged": staged}
                 for layout in self.warp_layouts() for occ in self.occupancies(layout)
                 for kc in (32, 64)
                 for stages, c_split, tiles in ((2, 1, 1), (3, 1, 1), (2, 1, 4), (2, 2, 1),
-                                               (3, 2, 1), (2, 4, 1), (2, 8, 1))]
+                                               (3, 2, 1), (2, 4, 1), (2, 8, 1))
+                for filter_size in (*self.FILTERS, 0) for staged in (1, 0)
+                if staged or tiles == 1]  # a block walks several tiles with staged taps only
 
     @staticmethod
     def staged(p: DwsepProblem) -> bool:
         return p.multiplier == 1 and p.C % 8 == 0
+
+    @classmethod
+    def filter_case(cls, p: DwsepProblem) -> int:
+        """The `filter` of the instances that serve p."""
+        return p.R if p.R == p.S and p.R in cls.FILTERS else 0
 
     def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int, int]:
         tiles, tiles_k = super().grid(c, p)
@@ -253,8 +266,14 @@ class DwsepStream(DwsepTensorCore):
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         c = instance.settings
-        if c["tiles"] > 1 and not self.staged(p):
-            return "tiles > 1 needs staged taps: multiplier 1 and C a multiple of 8"
+        if c["staged"] and not self.staged(p):
+            return "staged taps need multiplier 1 and C a multiple of 8"
+        if not c["staged"] and self.staged(p):
+            return "compiled for reads through the cache: the staged=1 instance serves this"
+        case = self.filter_case(p)
+        if c["filter"] != case:
+            return (f"compiled for filter={c['filter']}: R={p.R}, S={p.S} need filter={case}"
+                    f"{' (the sizes without their own instances)' if case == 0 else ''}")
         if c["tiles"] > 1 and pixel_tiles(c, p) <= c["tiles"]:
             return f"{p.N * p.P * p.Q} pixels make one block of {c['tiles']} tiles at most"
         return self.empty_split(c, p) or super().refuses(instance, p)

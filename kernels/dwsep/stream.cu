@@ -20,7 +20,9 @@
 // TILE_P * (KC + 8) + STAGES * (TILE_N * (KC + 8) + R * S * TILE_P * KC) u16; otherwise
 // 2 * TILE_P * (KC + 8) + STAGES * TILE_N * (KC + 8) u16; and TILE_P row descriptors) and,
 // with C_SPLIT > 1, TILE_P * (TILE_N + 4) floats. Macros: TILE_P, TILE_N, WARPS_M, WARPS_N,
-// KC, STAGES, C_SPLIT, TILES, OCC.
+// KC, STAGES, C_SPLIT, TILES, OCC, and what an instance is compiled for: FILTER (3 or 5: R = S
+// = FILTER; 0: any other size) and STAGED (1: staged taps, which the family gives to M = 1 and
+// C a multiple of 8; 0: reads through the cache). Only the code of that case is compiled.
 #include "dwsep_tc.cuh"
 
 #if C_SPLIT > 1
@@ -34,6 +36,10 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
              const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
              const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
              elem_t* __restrict__ y, DwsepParams p) {
+#if FILTER > 0
+  p.R = FILTER;  // known to the compiler: the taps' loops unroll, other sizes' code goes
+  p.S = FILTER;
+#endif
   extern __shared__ __align__(16) u16 smem[];
   const int warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
   const int pix0 = blockIdx.x * TILE_P;  // without staged taps, TILES is 1
@@ -47,7 +53,7 @@ dwsep_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
 
   WarpAcc acc;
   acc.clear();
-  const bool staged = p.M == 1 && p.C % 8 == 0;
+  constexpr bool staged = STAGED;
   if (staged) {
     // Staged taps: A [TILE_P][B_STRIDE], then per stage B [TILE_N][B_STRIDE] and the taps
     // [R*S][TILE_P][KC]. The pipeline runs over (pixel tile, chunk) for the block's TILES
