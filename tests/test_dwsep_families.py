@@ -85,6 +85,36 @@ def test_the_rules_name_what_they_refuse():
                                           problem(H=14, W=14))  # 2 x 2 tiles
 
 
+def test_each_stream_instance_serves_one_filter_case_and_read_path():
+    """dwsep_stream compiles each configuration per filter case (3, 5, any other) and read path
+    (staged taps or the cache): a problem meets one case, so it keeps one candidate per
+    configuration, and the others name the case that serves it."""
+    stream = get_family("dwsep_stream")
+    instances = stream.instances(OP, "bf16")
+    def key(i):
+        return tuple(sorted((k, v) for k, v in i.settings.items() if k not in ("filter", "staged")))
+
+    configs = {key(i) for i in instances}
+    cases = [problem(N=8), problem(N=8, R=5, S=5, pad=2), problem(N=8, R=7, S=7, pad=3),
+             problem(N=8, R=3, S=5, pad=1), problem(N=8, C=30), problem(N=8, multiplier=2),
+             problem(N=8, C=30, R=5, S=5, pad=2)]
+    for p in cases:
+        served = [i for i in instances if stream.applicable(i, p) is None]
+        staged = p.multiplier == 1 and p.C % 8 == 0
+        assert {i.settings["staged"] for i in served} == {int(staged)}, p.label()
+        assert {i.settings["filter"] for i in served} == {p.R if p.R == p.S and p.R in (3, 5)
+                                                          else 0}, p.label()
+        # a configuration once at most: the problem has no more candidates than before
+        served_configs = [key(i) for i in served]
+        assert served and len(set(served_configs)) == len(served_configs) <= len(configs)
+    three = instance("dwsep_stream", filter=3, staged=1, tiles=1, c_split=1)
+    assert "filter=5" in stream.applicable(three, cases[1])
+    assert "filter=0" in stream.applicable(three, cases[2])
+    cached = instance("dwsep_stream", filter=3, staged=0)
+    assert "staged=1" in stream.applicable(cached, cases[0])
+    assert "staged taps" in stream.applicable(three, cases[4])
+
+
 def test_two_blocks_a_multiprocessor_only_for_eight_warps_and_where_shared_memory_allows():
     for name in ("dwsep_resident", "dwsep_stream", "dwsep_halo"):
         for i in get_family(name).instances(OP, "bf16"):

@@ -337,3 +337,19 @@ def test_a_pruned_model_chooses_among_the_kept_and_is_scored_against_all(fwd):
         kept).to_numpy()])
     assert scored.mean <= pruned_oracle.mean  # never scored against the kept ones alone
     assert dc.asdict(TrainConfig())["keep_within"] is None
+
+
+def test_leave_networks_out_on_a_dataset_with_gaps_in_its_problem_ids(fwd):
+    """A dataset capped to fewer training problems (bench/select_eval.py --rows) keeps its
+    problems' ids: each fold still holds out exactly its network's shapes."""
+    from farm.select.crossval import leave_networks_out
+
+    frame = fwd.data.frame
+    train_ids = frame.loc[frame["split"] == "train", "problem"].unique()
+    dropped = set(train_ids[::2])  # every other training problem: ids with gaps
+    capped = dataclasses.replace(fwd.data, frame=frame[~frame["problem"].isin(dropped)]
+                                 .reset_index(drop=True))
+    found = leave_networks_out(capped, folds=[("mobilenet_v2",)])
+    members = network_membership("conv2d_fwd")
+    shapes = set(found["frame"][list(CONV_FIELDS)].itertuples(index=False, name=None))
+    assert shapes and all("mobilenet_v2" in members[s] for s in shapes)

@@ -23,10 +23,11 @@ def resplit(data: Dataset, holdout: Sequence[str], split: SplitConfig = SplitCon
             ) -> Dataset:
     """The dataset with these networks held out (validation by the same hash as ever)."""
     frame = data.frame
-    shapes = geometries(data.operator, frame.drop_duplicates("problem").sort_values("problem"))
-    splits, described = assign_splits(shapes, dataclasses.replace(
+    problems = frame.drop_duplicates("problem").sort_values("problem")
+    splits, described = assign_splits(geometries(data.operator, problems), dataclasses.replace(
         split, holdout_networks=tuple(holdout)), data.operator)
-    frame = frame.assign(split=np.array(splits, dtype=object)[frame["problem"].to_numpy()])
+    by_problem = pd.Series(splits, index=problems["problem"].to_numpy(), dtype=object)
+    frame = frame.assign(split=frame["problem"].map(by_problem).to_numpy())  # ids may have gaps
     return dataclasses.replace(data, frame=frame, window={**data.window, "holdout": described})
 
 
