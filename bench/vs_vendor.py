@@ -178,6 +178,8 @@ def main() -> None:
     parser.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=None,
                         help="also time the vendor call through torch.compile (default: for "
                              f"{', '.join(COMPILED_BY_DEFAULT)})")
+    parser.add_argument("--families", nargs="*", default=None,
+                        help="measure only these families of ours (the vendor's always)")
     args = parser.parse_args()
     if args.recording:
         return from_recording(args.recording, args.out,
@@ -192,7 +194,9 @@ def main() -> None:
         if lost:
             break
         instances = [i for f in sorted(families_for(op), key=lambda f: f.measure_order)
-                     if f.name not in NAIVE for i in f.instances(op, args.dtype)]
+                     if f.name not in NAIVE and (args.families is None or f.name == VENDOR.name
+                                                 or f.name in args.families)
+                     for i in f.instances(op, args.dtype)]
         with_compiled = op in COMPILED_BY_DEFAULT if args.compiled is None else args.compiled
         if with_compiled and instances and instances[0].family == VENDOR.name:
             instances.insert(1, VENDOR.compiled_instance(op, args.dtype))  # after the vendor's

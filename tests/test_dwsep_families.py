@@ -45,13 +45,14 @@ def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
     assert not get_family("dwsep_stream").instances(OP, "fp32")
     assert not get_family("dwsep_resident").instances(OP, "fp32")
     assert not get_family("dwsep_halo").instances(OP, "fp32")
+    assert not get_family("dwsep_wgmma").instances(OP, "fp32")
     assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
 
 
 def test_every_network_problem_is_served_by_each_family_within_shared_memory():
     problems = network_problems()
     assert len(problems) >= 250
-    for name in ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo"):
+    for name in ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo", "dwsep_wgmma"):
         family = get_family(name)
         for p in problems:
             served = [i for i in family.instances(OP, "bf16") if family.applicable(i, p) is None]
@@ -167,6 +168,28 @@ def test_launch_geometry():
     assert launch.grid == (13, 1, 1)
 
 
+def test_wgmma_serves_one_filter_case_with_whole_16_byte_rows():
+    wgmma = get_family("dwsep_wgmma")
+    instances = wgmma.instances(OP, "bf16")
+    assert {i.settings["kc"] for i in instances} == {64}
+    assert all(i.settings["warps_m"] * 16 == i.settings["tile_p"] for i in instances)
+    for p, case in ((problem(N=8), 3), (problem(N=8, R=5, S=5, pad=2), 0),
+                    (problem(N=8, R=3, S=5, pad=1), 0)):
+        served = [i for i in instances if wgmma.applicable(i, p) is None]
+        assert served and {i.settings["filter"] for i in served} == {case}, p.label()
+        assert len(served) == len(instances) // 2
+    three = instance("dwsep_wgmma", filter=3)
+    assert "filter=0" in wgmma.applicable(three, problem(R=7, S=7, pad=3))
+    assert "multiple of 8" in wgmma.applicable(three, problem(C=60))
+    assert "multiplier 1" in wgmma.applicable(three, problem(multiplier=2))
+    p = problem(N=2, C=200, H=15, W=13, K=300, stride=2)  # 2 x 8 x 7 = 112 pixels
+    [launch] = wgmma.launches(instance("dwsep_wgmma", tile_p=64, tile_n=128, stages=3), p)
+    assert launch.grid == (2, 3, 1) and launch.block == (128, 1, 1)
+    assert launch.shared_bytes == 1024 + 128 * (2 * 64 + 3 * 128) + 12 * 64
+    [launch] = wgmma.launches(instance("dwsep_wgmma", tile_p=128, tile_n=256, stages=4), p)
+    assert launch.block == (256, 1, 1) and launch.shared_bytes <= SMEM_OPT_IN
+
+
 @pytest.mark.parametrize("family,settings", [
     ("dwsep_resident", dict(tile_p=64, tile_n=256, warps_m=2, kc=64)),
     ("dwsep_resident", dict(tile_p=64, tile_n=256, warps_m=4, warps_n=4, kc=64)),  # 16 warps
@@ -175,6 +198,8 @@ def test_launch_geometry():
     ("dwsep_halo", dict(tile_h=2, tile_w=32, tile_n=256, kc=64, tiles=4)),
     ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, tiles=4)),
     ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, c_split=8)),
+    ("dwsep_wgmma", dict(tile_p=128, tile_n=256, stages=4, filter=3)),
+    ("dwsep_wgmma", dict(tile_p=64, tile_n=256, stages=4, filter=0)),
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)
@@ -188,3 +213,5 @@ def test_largest_configurations_compile_without_spills(family, settings):
     assert result.ok, result.log[-3000:]
     if result.resources.get("registers") is not None:
         assert not result.resources.get("spill_bytes"), result.resources
+    # the accumulators stay with the matrix instructions while they run
+    assert "serialized" not in result.log, result.log[-3000:]

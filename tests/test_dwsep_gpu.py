@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
 
 OP = "dwsep_fwd"
-FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo", "vendor")
+FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo", "dwsep_wgmma",
+            "vendor")
 EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
     dict(N=1, C=15, H=8, W=8, K=9, R=3, S=3, stride=2, pad=1),  # odd C and K
@@ -30,12 +31,17 @@ EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=40, H=23, W=37, K=24, R=3, S=3, pad=1),  # maps no tile divides
     dict(N=2, C=56, H=21, W=19, K=40, R=5, S=5, pad=2, activation="relu"),  # 5x5, stride 1
     dict(N=1, C=72, H=29, W=27, K=48, R=5, S=5, stride=2, pad=2, pw_bias=1),  # 5x5, stride 2
+    # C a multiple of 8 but not of the 64-channel chunk, K of no tile, several pixel tiles
+    dict(N=3, C=200, H=13, W=11, K=90, R=3, S=3, stride=2, pad=1, activation="silu", pw_bias=1),
+    dict(N=1, C=136, H=9, W=9, K=75, R=3, S=3, pad=1, activation="relu6"),  # odd K
 ]
 
 
 def must_serve(family: str, problem) -> bool:
-    """dwsep_halo copies 16 bytes along channels: multiplier 1 and C a multiple of 8 only."""
-    return family != "dwsep_halo" or (problem.multiplier == 1 and problem.C % 8 == 0)
+    """dwsep_halo and dwsep_wgmma copy 16 bytes along channels: multiplier 1 and C a multiple
+    of 8 only."""
+    return family not in ("dwsep_halo", "dwsep_wgmma") or (
+        problem.multiplier == 1 and problem.C % 8 == 0)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """The dwsep_fwd families: dwsep_chunked (CUDA cores, any GPU, chunked.cu), and on tensor
 cores dwsep_resident (the depthwise tile of every channel resident in shared memory,
 resident.cu), dwsep_stream (channels streamed in chunks, stream.cu) and dwsep_halo (2-D output
-tiles whose input arrives once with its halo, halo.cu); their configuration spaces,
-applicability and launch geometry."""
+tiles whose input arrives once with its halo, halo.cu), and on Hopper's warpgroup matrix
+instructions dwsep_wgmma (wgmma.cu, sm_90a); their configuration spaces, applicability and
+launch geometry."""
 
 from __future__ import annotations
 
@@ -341,9 +342,61 @@ class DwsepHalo(DwsepTensorCore):
         return self.empty_split(c, p) or super().refuses(instance, p)
 
 
+class DwsepWgmma(DwsepFamily):
+    """The wide pairs on Hopper (sm_90a): a warpgroup of 128 threads per 64 of a block's tile_p
+    pixels computes each 64-channel chunk's depthwise values into a swizzled A tile while its
+    wgmma of the previous chunk run; the pointwise weight arrives by cp.async `stages` - 2
+    chunks ahead. Consecutive blocks share a pixel tile (its input stays in L2). Compiled per
+    filter case: `filter` 3 (R = S = 3, the filters in registers) or 0 (any other size).
+    Multiplier 1 and C a multiple of 8; bf16 and fp16; other targets get the compiler's refusal
+    (the source needs sm_90a). Config fields: tile_p, tile_n, warps_m (tile_p / 16), warps_n
+    (1), kc (64), stages, filter."""
+
+    name = "dwsep_wgmma"
+    short = "wgmma"
+    source_file = "dwsep/wgmma.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return [{"tile_p": tile_p, "tile_n": tile_n, "warps_m": tile_p // 16, "warps_n": 1,
+                 "kc": 64, "stages": stages, "filter": filter_size}
+                for tile_p in (64, 128) for tile_n in (64, 128, 256) for stages in (3, 4)
+                for filter_size in (3, 0)]
+
+    def instances(self, operator: str, dtype: str) -> list[Instance]:
+        return [] if dtype == "fp32" else super().instances(operator, dtype)
+
+    @staticmethod
+    def filter_case(p: DwsepProblem) -> int:
+        return 3 if p.R == p.S == 3 else 0
+
+    def threads(self, c: dict[str, Any]) -> int:
+        return 2 * c["tile_p"]
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        return pixel_tiles(c, p), -(-p.K // c["tile_n"])
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        """1 KB to align the tiles, two A tiles and the weight's stages (128 bytes a row), and
+        the rows' descriptors."""
+        return 1024 + 128 * (2 * c["tile_p"] + c["stages"] * c["tile_n"]) + 12 * c["tile_p"]
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        if p.multiplier != 1 or p.C % 8:
+            return "needs multiplier 1 and C a multiple of 8 (16-byte copies along channels)"
+        case = self.filter_case(p)
+        if c["filter"] != case:
+            return f"compiled for filter={c['filter']}: R={p.R}, S={p.S} need filter={case}"
+        tiles, tiles_k = self.grid(c, p)
+        if tiles * tiles_k >= 2**31:
+            return f"{tiles * tiles_k} blocks are more than a grid holds"
+        return None
+
+
 FAMILY = register(DwsepChunked())
 RESIDENT_FAMILY = register(DwsepResident())
 STREAM_FAMILY = register(DwsepStream())
 HALO_FAMILY = register(DwsepHalo())
-__all__ = ["DwsepChunked", "DwsepHalo", "DwsepResident", "DwsepStream", "FAMILY",
-           "HALO_FAMILY", "RESIDENT_FAMILY", "STREAM_FAMILY"]
+WGMMA_FAMILY = register(DwsepWgmma())
+__all__ = ["DwsepChunked", "DwsepHalo", "DwsepResident", "DwsepStream", "DwsepWgmma", "FAMILY",
+           "HALO_FAMILY", "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_FAMILY"]
