@@ -12,8 +12,12 @@ out, every other shape trains or validates):
     of every model kind on its validation and held-out problems, and the selection latency for
     one shape against the full candidate set (p50/p99: Python Selector through the compiled C
     export and through LightGBM; the C export alone, timed in C);
+  * with --shift-recording FILE (one of the recordings): its shapes, generated from another
+    distribution than the rest, held out at any batch size from a model trained on the rest;
   * with --timing-rows N: the training time of all model kinds on N training rows of SYNTHETIC
     measurements (timing only: the real sweep has fewer rows), first operator only.
+A held-out network is judged only on the shapes that no training network has at any batch size
+(farm.select.data). Choices are guarded (farm.select.guard; --guard-depth 0 turns it off).
 Writes bench/results/select_eval.json (--out to write elsewhere).
 
 A model trained on SYNTHETIC data (environment named "SYNTHETIC ...", or --seed-synthetic) is
@@ -126,8 +130,27 @@ def networks_table(data: Dataset, config: TrainConfig) -> dict:
             "training_seconds_per_fold": found["training_seconds"]}
 
 
+def shift_table(data: Dataset, config: TrainConfig, path: Path) -> dict:
+    """The shapes of the recording `path` held out from a model trained on all the others."""
+    import pandas as pd
+
+    from farm.select.crossval import hold_out_shapes
+    from farm.select.data import geometries
+
+    frame = pd.read_parquet(path)
+    frame = frame[frame["operator"] == data.operator]
+    shapes = set(geometries(data.operator, frame.drop_duplicates("problem_key")))
+    model = train(hold_out_shapes(data, shapes), config)
+    held = model.metrics["holdout"]
+    print(f"  {path.name} held out ({len(shapes)} shapes, any batch): "
+          f"{Efficiency(**held).line()}")
+    return {"recording": path.name, "shapes": len(shapes), "kind": model.metrics["kind"],
+            "holdout": held}
+
+
 def evaluate_op(store, op: str, args, resources) -> dict:
-    config = TrainConfig(threads=args.threads, keep_within=args.keep_within)
+    config = TrainConfig(threads=args.threads, keep_within=args.keep_within,
+                         guard_depth=args.guard_depth)
     data = cap_rows(load_dataset(store, op, args.arch, args.dtype, resources=resources),
                     args.rows)
     synthetic = bool(data.window.get("synthetic"))
@@ -136,8 +159,11 @@ def evaluate_op(store, op: str, args, resources) -> dict:
     print(f"{op} {args.dtype} on {args.arch}, {label} ({envs}): {data.window['problems']} "
           f"problems, {data.window['pairs']} candidate pairs")
     figures = {"synthetic": synthetic, "data": label, "data_window": data.window}
+    figures["guard_depth"] = config.guard_depth
     if args.folds == "networks":
         figures["leave_one_network_out"] = networks_table(data, config)
+    if args.shift_recording:
+        figures["shift"] = shift_table(data, config, args.shift_recording)
     model = train(data, config)
     m = model.metrics
     print(f"  default held-out networks: {m['training_rows']} training rows, trained every "
@@ -189,12 +215,19 @@ def main() -> None:
                         help="keep the candidates within this fraction of the fastest on some "
                              "training problem (default: the operator's)")
     parser.add_argument("--folds", choices=["networks", "default"], default="networks")
+    parser.add_argument("--guard-depth", type=int, default=TrainConfig.guard_depth,
+                        help="the model's best this many: a safe candidate first (0: off)")
+    parser.add_argument("--shift-recording", type=Path, default=None, metavar="FILE",
+                        help="one of the recordings: its shapes held out from a model trained "
+                             "on the others")
     parser.add_argument("--timing-rows", type=int, default=0, metavar="ROWS")
     parser.add_argument("--no-resources", action="store_true")
     parser.add_argument("--seed-synthetic", type=int, default=0, metavar="PROBLEMS")
     parser.add_argument("--name", default="select_eval", help="result file name")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.shift_recording and args.shift_recording not in (args.recording or []):
+        parser.error("--shift-recording must be one of the --recording files")
     with tempfile.TemporaryDirectory() as scratch:
         store = open_store(args.db or f"sqlite:///{Path(scratch) / 'recording.db'}")
         figures: dict = {"arch": args.arch, "dtype": args.dtype, "threads": args.threads}

@@ -74,6 +74,9 @@ class KernelFamily(abc.ABC):
         """The launches that compute `problem`'s output, in order, as one timed unit."""
 
     compiled = True  # False for families that call a library instead of compiling a source
+    # True for a reference-speed family (a simple loop, right on every shape): a selection
+    # model picks it only where no safe candidate is predicted close (farm.select.guard)
+    reference = False
     # Families with a lower number are measured first on each problem: a fast, dependable time
     # early (the vendor library's) lets the timing policy stop clearly slower instances early.
     measure_order = 1

@@ -16,8 +16,10 @@ from farm.cli import app
 from kernels.conv.problem import CONV_FIELDS, ConvProblem
 from farm.select.cdriver import run_driver
 from farm.select.cexport import symbol_prefix
-from farm.select.data import DEFAULT_HOLDOUT, load_dataset, network_membership
+from farm.select.data import (DEFAULT_HOLDOUT, batch_free, held_out_shapes, load_dataset,
+                              network_membership)
 from farm.select.evaluate import choices, efficiency
+from farm.select.guard import guarded_order
 from farm.select.export import C_FILE, bundle_files, c_files
 from farm.select.registry import register, retrain_due
 from farm.select.selector import SelectionError, Selector
@@ -69,11 +71,28 @@ def test_splits_keep_problems_and_held_out_networks_apart(fwd):
     assert frame.groupby("problem")["split"].nunique().max() == 1
     assert set(frame["split"]) == {"train", "validation", "holdout"}
     members = network_membership("conv2d_fwd")
+    held_nets = set(DEFAULT_HOLDOUT)
+
+    def without_n(shape):
+        return shape[1:]  # N is the first field
+
+    tested = {without_n(s) for s, nets in members.items() if nets & held_nets}
+    tested -= {without_n(s) for s, nets in members.items() if nets - held_nets}
     for shape, split in frame.groupby(list(CONV_FIELDS))["split"].first().items():
-        held = bool(members.get(shape, set()) & set(DEFAULT_HOLDOUT))
-        assert held == (split == "holdout"), shape
+        assert (without_n(shape) in tested) == (split == "holdout"), shape
     assert fwd.data.window["synthetic"] and fwd.data.window["holdout"]["kind"] == "networks"
     assert "vendor" not in set(frame["family"]) and fwd.data.window["vendor_pairs"] > 0
+
+
+def test_a_held_out_network_is_judged_on_shapes_no_training_network_has_at_any_batch():
+    members = {(32, 64, 3): {"a"}, (8, 64, 3): {"b"},  # one shape of a and b at two batches
+               (32, 128, 3): {"a"}, (1, 256, 1): {"a", "c"}, (32, 16, 5): {"b"}}
+    tested, shared = held_out_shapes(members, ["a"], lambda s: s[1:])
+    assert tested == {(128, 3)} and shared == 2
+    tested, shared = held_out_shapes(members, ["a", "b"], lambda s: s[1:])
+    assert tested == {(64, 3), (128, 3), (16, 5)} and shared == 1
+    assert batch_free("conv2d_fwd")((32, 64, 64, 1, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1)) == (
+        64, 64, 1, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1)
 
 
 def test_training_keeps_the_better_kind_and_labels_synthetic(fwd):
@@ -92,12 +111,14 @@ def test_selector_agrees_with_evaluation_and_obeys_the_rules(fwd):
     held = usable(fwd.data.part("holdout"))
     x = pair_features(fwd.model.spec, fwd.model.catalogue, held)
     raw = fwd.slow._booster.predict(x, raw_score=True)
-    chosen = choices(held, cost_of(fwd.model.kind, raw))
+    safe, depth = fwd.selector.frame_safe(held), fwd.selector.guard_depth
+    assert depth == 2 and not safe.all()  # the guard is on, and conv_naive is never safe
+    chosen = choices(held, cost_of(fwd.model.kind, raw), safe, depth)
     for row in chosen.itertuples():
         problem = ConvProblem.from_fields("conv2d_fwd", DTYPE, row._asdict())
         assert fwd.selector.select(problem) == row.kernel
-    assert efficiency(held, fwd.selector.frame_costs(held)).mean == fwd.model.metrics[
-        "holdout"]["mean"]
+    assert efficiency(held, fwd.selector.frame_costs(held), safe, depth).mean == \
+        fwd.model.metrics["holdout"]["mean"]
     shapes = problems("conv2d_fwd", 150, seed=3)
     fast, slow = fwd.selector.select_many(shapes), fwd.slow.select_many(shapes)
     assert fast == slow == [fwd.selector.select(p) for p in shapes]
@@ -159,7 +180,9 @@ def test_registry_promotes_only_what_is_not_worse(fwd):
     flipped = dataclasses.replace(model, kind="ranker" if model.kind == "regressor"
                                   else "regressor")
     held = usable(data.part("holdout"))
-    worse = efficiency(held, Selector(bundle_files(flipped), "lightgbm").frame_costs(held))
+    flipped_selector = Selector(bundle_files(flipped), "lightgbm")
+    worse = efficiency(held, flipped_selector.frame_costs(held), flipped_selector.frame_safe(held),
+                       flipped_selector.guard_depth)
     flipped = dataclasses.replace(flipped, metrics={**model.metrics, "holdout": worse.record()})
     second = register(store, flipped, data)
     assert (second.promoted, second.model.version) == (False, 2) and "vs" in second.reason
@@ -190,6 +213,11 @@ def test_cli_train_list_export_select(fwd, tmp_path):
     assert chosen.stdout.strip() == Selector.load(out).select(
         ConvProblem.from_fields("conv2d_fwd", DTYPE, {k: int(v) for k, v in (
             i.split("=") for i in shape.split(","))}))
+    four = runner.invoke(app, ["select", "--model", str(out), "--problem", shape,
+                               "--verify", "4"])
+    assert four.exit_code == 0 and four.stdout.split() == Selector.load(out).top(
+        dict(i.split("=") for i in shape.split(",")), 4)
+    assert four.stdout.split()[0] == chosen.stdout.strip()
     refused = runner.invoke(app, ["select", "--model", str(out), "--problem", shape,
                                   "--arch", "sm_80"])
     assert refused.exit_code == 2 and "never saw sm_80" in refused.stderr
@@ -293,15 +321,32 @@ def test_c_export_of_trees_with_more_leaves_than_a_mask(fwd):
 
 def test_lazy_checks_choose_as_filtering_first(fwd):
     """Checking the cheapest candidate alone, then the others best first, answers as keeping
-    the applicable candidates and sorting them (ties in catalogue order)."""
-    s, passed_over = fwd.selector, 0
+    the applicable candidates, sorting them (ties in catalogue order) and guarding the first
+    two (a safe one first)."""
+    s, passed_over, guarded = fwd.selector, 0, 0
     for p in problems("conv2d_fwd", 300, seed=13):
-        cost, ok = s.costs(p), s.allowed(p)
+        cost, ok, safe = s.costs(p), s.allowed(p), s.safe(p)
         order = [i for i in np.argsort(cost, kind="stable") if ok[i]]
-        assert s.select(p) == s.names[order[0]]
-        assert s.top(p, 3) == [s.names[i] for i in order[:3]]
+        kept = guarded_order(order, [safe[i] for i in order], s.guard_depth)
+        assert s.select(p) == s.names[kept[0]]
+        assert s.top(p, 3) == [s.names[i] for i in kept[:3]]
         passed_over += not ok[int(np.argmin(cost))]
-    assert passed_over > 0
+        guarded += kept[0] != order[0]
+        if not safe[kept[0]]:  # an unsafe choice only where the next one is unsafe too
+            assert len(order) < 2 or not safe[order[1]]
+    assert passed_over > 0 and guarded > 0
+
+
+def test_the_guard_keeps_naive_and_unmeasured_shapes_second_and_c_agrees(fwd):
+    s = fwd.selector
+    naive = [i for i, e in enumerate(s.catalogue) if e.family == "conv_naive"]
+    p = problems("conv2d_fwd", 1, seed=21)[0]
+    assert naive and not s.safe(p)[naive].any()
+    big = ConvProblem.from_fields("conv2d_fwd", DTYPE, dict(N=1, C=65536, K=64, G=1, H=4, W=4,
+                                                            R=1, S=1))
+    assert not s.safe(big).any()  # far beyond every candidate's measured channels
+    shapes = problems("conv2d_fwd", 200, seed=22)
+    assert c_choices(fwd, shapes) == [s.select(q) for q in shapes]
 
 
 def test_kept_candidates_are_those_close_to_a_training_problems_fastest():

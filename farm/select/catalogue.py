@@ -35,6 +35,9 @@ class CatalogueEntry:
     config: tuple[tuple[str, Any], ...]
     source_hash: str
     resources: tuple[tuple[str, float], ...] = ()
+    # (low, high) of each numeric shape field on which it ran in training (farm.select.guard);
+    # empty: in support everywhere
+    support: tuple[tuple[float, float], ...] = ()
 
     @classmethod
     def of(cls, instance: Instance, resources: Mapping[str, float] | None = None
@@ -51,13 +54,15 @@ class CatalogueEntry:
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "family": self.family, "operator": self.operator,
                 "dtype": self.dtype, "config": dict(self.config),
-                "source_hash": self.source_hash, "resources": dict(self.resources)}
+                "source_hash": self.source_hash, "resources": dict(self.resources),
+                **({"support": [list(b) for b in self.support]} if self.support else {})}
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> CatalogueEntry:
         return cls(r["name"], r["family"], r["operator"], r["dtype"],
                    tuple(r["config"].items()), r["source_hash"],
-                   tuple(r.get("resources", {}).items()))
+                   tuple(r.get("resources", {}).items()),
+                   tuple((float(lo), float(hi)) for lo, hi in r.get("support", ())))
 
 
 def no_resources(instance: Instance) -> dict[str, float]:

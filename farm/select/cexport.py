@@ -13,7 +13,9 @@ candidate is left out; one whose leaves the shape has cleared keeps every leaf).
 added tree by tree in the model's order, so the costs are LightGBM's raw scores bit for bit. A
 tree with more leaves than a mask holds is written as nested if/else code. The caller supplies
 applicability (`allowed`, one byte per candidate, NULL for all): its kernels' launch rules
-live with the dispatcher, as the descriptors' do in Python.
+live with the dispatcher, as the descriptors' do in Python. `rank` and `best` apply the
+guard of farm.select.guard: among the model's GUARD_DEPTH best allowed candidates, those of
+no reference-speed family whose measured support holds the shape come first.
 
     int  P_count(void);  const char *P_name(int i);
     int  P_costs(const int64_t shape[F], double *cost);   lower is better, one per candidate
@@ -35,6 +37,7 @@ import numpy as np
 
 from farm.select.catalogue import CatalogueEntry
 from farm.select.features import INSTANCE, FeatureSpec, instance_matrix
+from farm.select.guard import reference_flags, support_fields
 from farm.select.trees import LeafMasks, Split, Tree, leaf_masks, nan_left, parse_trees
 
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -261,9 +264,33 @@ def _tables(table: np.ndarray, padded: int, fixed: list[list[int]], leaves: list
     return "\n".join(out)
 
 
+SAFE_BODY = """  if (REFERENCE[c]) return 0;
+  for (int f = 0; f < NF; f++) {
+    const double v = (double)shape[SUPPORT_FIELD[f]];
+    if (!(v >= SUPPORT_LOW[c * NF + f] && v <= SUPPORT_HIGH[c * NF + f])) return 0;
+  }
+  return 1;"""
+
+
+def _guard_tables(catalogue: Sequence[CatalogueEntry], fields: Sequence[int]) -> str:
+    """Per candidate: whether its family is reference-speed, and its support's bounds (all
+    values where the entry has none)."""
+    wide = [(-math.inf, math.inf)] * len(fields)
+    low = [lo for e in catalogue for lo, _ in (e.support or wide)]
+    high = [hi for e in catalogue for _, hi in (e.support or wide)]
+    ref = [int(r) for r in reference_flags([e.family for e in catalogue])]
+    nl = "\n  "
+    return (f"static const unsigned char REFERENCE[NC] = {{{nl}{_rows(ref, 32)}}};\n"
+            f"static const int SUPPORT_FIELD[NF] = {{{', '.join(map(str, fields))}}};\n"
+            f"static const double SUPPORT_LOW[NC * NF] = {{{nl}{_rows(low, 4)}}};\n"
+            f"static const double SUPPORT_HIGH[NC * NF] = {{{nl}{_rows(high, 4)}}};")
+
+
 def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text: str,
-             kind: str, prefix: str, note: str = "") -> str:
-    """The C file of a model (see the module docstring for its interface)."""
+             kind: str, prefix: str, note: str = "", guard_depth: int = 0,
+             text_fields: Sequence[str] = ()) -> str:
+    """The C file of a model (see the module docstring for its interface); `text_fields`: the
+    shape fields that take names (not part of a candidate's support)."""
     trees = parse_trees(model_text)
     table = instance_matrix(spec, catalogue)
     count = len(catalogue)
@@ -272,6 +299,8 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
     functions, blocks, fixed, leaves = _forest(trees, cols, count, padded)
     shape_lines, per_lines = _value_lines(spec, cols)
     names = ", ".join('"' + e.name.replace('"', "") + '"' for e in catalogue)
+    fields = support_fields(spec.inputs, text_fields)
+    safe_body = "  return 1;" if not fields else SAFE_BODY
     sign = "" if kind == "regressor" else "-"
     return f"""/* farm-select C export (generated; do not edit). {prefix}
  * {note}
@@ -286,6 +315,8 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #define NI {len(spec.instance)}
 #define NX {max(len(cols.stored), 1)}
 #define GROUP {GROUP}  /* trees whose leaves are added in one pass over the candidates */
+#define NF {max(len(fields), 1)}  /* the shape fields a candidate's support bounds */
+#define GUARD_DEPTH {guard_depth if guard_depth > 1 else 0}  /* the best this many: safe first */
 /* all ones where the test passes, else the mask that clears the left subtree's leaves */
 #define KEEP(test, keep) ((test) ? ~UINT64_C(0) : (keep))
 /* x86-64 with glibc: AVX2 copies of the tree loops beside the portable ones, the one to run
@@ -308,6 +339,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 
 static const char *const NAMES[NC] = {{{names}}};
 {_tables(table, padded, fixed, leaves, (*per_lines, *blocks))}
+{_guard_tables(catalogue, fields) if fields else ""}
 
 static double cdiv(double a, double b) {{ return ceil(a / b); }}
 static double fdiv(double a, double b) {{ return floor(a / b); }}
@@ -334,21 +366,39 @@ int {prefix}_costs(const int64_t shape[{len(spec.inputs)}], double *cost) {{
   return NC;
 }}
 
+/* whether candidate c's family is not reference-speed and its support holds the shape */
+static int safe(const int64_t *shape, int c) {{
+{safe_body}
+}}
+
 int {prefix}_rank(const int64_t shape[{len(spec.inputs)}], const unsigned char *allowed, int k,
           int *out) {{
   double cost[NC];
   unsigned char taken[NC];
-  int found = 0;
+  int order[NC + GUARD_DEPTH + 1];
+  int found = 0, want = k > GUARD_DEPTH ? k : GUARD_DEPTH;
+  if (want > NC) want = NC;
   for (int c = 0; c < NC; c++) taken[c] = allowed && !allowed[c];
   {prefix}_costs(shape, cost);
-  for (; found < k; found++) {{
+  for (; found < want; found++) {{
     int best = -1;
     for (int c = 0; c < NC; c++)
       if (!taken[c] && (best < 0 || cost[c] < cost[best])) best = c;
     if (best < 0) break;
     taken[best] = 1;
-    out[found] = best;
+    order[found] = best;
   }}
+  int head = found < GUARD_DEPTH ? found : GUARD_DEPTH, n = 0;
+  if (head > 1) {{  /* the safe ones of the first GUARD_DEPTH first, each in the model's order */
+    int rest[GUARD_DEPTH + 1], r = 0;
+    for (int i = 0; i < head; i++) {{
+      if (safe(shape, order[i])) order[n++] = order[i];
+      else rest[r++] = order[i];
+    }}
+    for (int i = 0; i < r; i++) order[n + i] = rest[i];
+  }}
+  if (found > k) found = k;
+  for (int i = 0; i < found; i++) out[i] = order[i];
   return found;
 }}
 

@@ -137,15 +137,18 @@ def select(model: Annotated[Path, typer.Option("--model", help="Bundle directory
                help="The model's operator's shape fields: N=32,C=256,K=256,G=1,H=28,W=28,R=3,"
                     "S=3,... or N=8,C=320,H=64,W=64,G=32 (repeatable)")],
            arch: Annotated[Optional[str], typer.Option(help="Refuse if not the model's")] = None,
-           top: Annotated[int, typer.Option(help="Print the k best")] = 1) -> None:
-    """The instance a runtime should launch for each shape."""
+           verify: Annotated[int, typer.Option(
+               "--verify", "--top", min=1,
+               help="Print the model's K best (guarded, best first), for a runtime that "
+                    "measures them once and caches the fastest")] = 1) -> None:
+    """The instance a runtime should launch for each shape (with --verify K, the K to time)."""
     from farm.select.selector import Selector
 
     shapes = [_fields(p) for p in problem]
     with _errors():
         selector = Selector.load(model)
         for shape in shapes:
-            print(" ".join(selector.top(shape, top, arch)))
+            print(" ".join(selector.top(shape, verify, arch)))
 
 
 def register(app: typer.Typer) -> None:

@@ -13,10 +13,11 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from farm.select.data import (Dataset, SplitConfig, assign_splits, geometries, network_membership,
-                              networks_dir)
+from farm.select.data import (Dataset, SplitConfig, assign_splits, batch_free, bucket, geometries,
+                              network_membership, networks_dir)
 from farm.select.evaluate import efficiency
-from farm.select.train import TrainConfig, pair_features, pruned_cost, train, usable
+from farm.select.train import (TrainConfig, pair_features, pruned_cost, train, training_support,
+                               usable)
 
 
 def resplit(data: Dataset, holdout: Sequence[str], split: SplitConfig = SplitConfig()
@@ -28,6 +29,23 @@ def resplit(data: Dataset, holdout: Sequence[str], split: SplitConfig = SplitCon
         split, holdout_networks=tuple(holdout)), data.operator)
     by_problem = pd.Series(splits, index=problems["problem"].to_numpy(), dtype=object)
     frame = frame.assign(split=frame["problem"].map(by_problem).to_numpy())  # ids may have gaps
+    return dataclasses.replace(data, frame=frame, window={**data.window, "holdout": described})
+
+
+def hold_out_shapes(data: Dataset, shapes: set[tuple[int, ...]],
+                    split: SplitConfig = SplitConfig()) -> Dataset:
+    """The dataset with every problem of these geometries held out, at any batch size; the
+    others train or validate (by the usual hash), networks included."""
+    key = batch_free(data.operator)
+    held = {key(s) for s in shapes}
+    frame = data.frame
+    problems = frame.drop_duplicates("problem").sort_values("problem")
+    splits = ["holdout" if key(g) in held else
+              "validation" if bucket(g, split.salt) < split.validation_share else "train"
+              for g in geometries(data.operator, problems)]
+    by_problem = pd.Series(splits, index=problems["problem"].to_numpy(), dtype=object)
+    frame = frame.assign(split=frame["problem"].map(by_problem).to_numpy())
+    described = {"kind": "shapes", "shapes": len(held)}
     return dataclasses.replace(data, frame=frame, window={**data.window, "holdout": described})
 
 
@@ -55,11 +73,15 @@ def leave_networks_out(data: Dataset, config: TrainConfig = TrainConfig(),
         names = {e.name for e in model.catalogue}  # the candidates the model may choose
         kept = [i for i, e in enumerate(part.catalogue) if e.name in names]
         cost = pruned_cost(model.kind, raw, held, np.array(kept))
+        safe = training_support(part).safe(held)
         name = "+".join(fold)
         per_fold[name] = {"kind": model.kind, "trees": model.metrics["trees"],
-                          **efficiency(held, cost).record()}
-        pooled.append(held.assign(cost=cost, fold=name, problem=held["problem"] + i * 10**6))
+                          **efficiency(held, cost, safe, config.guard_depth).record()}
+        pooled.append(held.assign(cost=cost, safe=safe, fold=name,
+                                  problem=held["problem"] + i * 10**6))
     frame = pd.concat(pooled, ignore_index=True)
-    return {"folds": per_fold, "pooled": efficiency(frame, frame["cost"].to_numpy()).record(),
+    pooled_eff = efficiency(frame, frame["cost"].to_numpy(), frame["safe"].to_numpy(),
+                            config.guard_depth)
+    return {"folds": per_fold, "pooled": pooled_eff.record(),
             "distinct_shapes": len(set(geometries(data.operator, frame))),
             "training_seconds": seconds, "frame": frame}

@@ -2,12 +2,15 @@
 architecture and dtype, with its catalogue index, whether the family's rules allow it, and its
 split. Splits go by whole problem: a hash of the shape's geometry (its numeric fields) picks
 validation, and every problem that occurs in a held-out network (the operator's networks_dir,
-CSV files with a `network` column) is held out, whichever other network shares it, so no shape
-leaks between the parts."""
+CSV files with a `network` column) is held out unless a training network has it too. Two
+problems that differ in the batch size alone are the same shape: a held-out network is judged
+on its shapes that no training network has at any batch size, and those shapes are held out
+at every batch size, so no shape leaks between the parts."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,7 +95,30 @@ def network_membership(operator: str, folder: Path | None = None
     return found
 
 
-def _bucket(shape: tuple[int, ...], salt: str) -> float:
+BATCH_FIELD = "N"  # the field that does not make two problems different shapes
+
+
+def batch_free(operator: str) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
+    """A geometry without its batch size (the key that makes two problems the same shape)."""
+    fields = geometry_fields(operator)
+    if BATCH_FIELD not in fields:
+        return lambda shape: shape
+    i = fields.index(BATCH_FIELD)
+    return lambda shape: shape[:i] + shape[i + 1:]
+
+
+def held_out_shapes(members: dict[tuple[int, ...], set[str]], networks: Sequence[str],
+                    key: Callable[[tuple[int, ...]], tuple[int, ...]]
+                    ) -> tuple[set[tuple[int, ...]], int]:
+    """The batch-free shapes that the held-out networks have and no other network has, and
+    the count of those left out because a training network has them too."""
+    held_nets = set(networks)
+    in_held = {key(s) for s, nets in members.items() if nets & held_nets}
+    in_training = {key(s) for s, nets in members.items() if nets - held_nets}
+    return in_held - in_training, len(in_held & in_training)
+
+
+def bucket(shape: tuple[int, ...], salt: str) -> float:
     digest = hashlib.sha256(f"{salt}|{shape}".encode()).digest()
     return int.from_bytes(digest[:8], "little") / 2**64
 
@@ -103,12 +129,15 @@ def assign_splits(shapes: list[tuple[int, ...]], config: SplitConfig, operator: 
     members = network_membership(operator, networks_dir(operator, config))
     networks = (operator_spec(operator).holdout_networks if config.holdout_networks is None
                 else config.holdout_networks)
-    held = [bool(members.get(s, set()) & set(networks)) for s in shapes]
-    holdout: dict[str, Any] = {"kind": "networks", "networks": list(networks)}
+    key = batch_free(operator)
+    tested, shared = held_out_shapes(members, networks, key)
+    held = [key(s) in tested for s in shapes]
+    holdout: dict[str, Any] = {"kind": "networks", "networks": list(networks),
+                               "shapes": len(tested), "shared_with_training": shared}
     if not any(held):
-        held = [_bucket(s, config.salt + "/holdout") < config.holdout_share for s in shapes]
+        held = [bucket(s, config.salt + "/holdout") < config.holdout_share for s in shapes]
         holdout = {"kind": "problem_hash", "share": config.holdout_share}
-    splits = ["holdout" if h else "validation" if _bucket(s, config.salt) <
+    splits = ["holdout" if h else "validation" if bucket(s, config.salt) <
               config.validation_share else "train" for s, h in zip(shapes, held)]
     return splits, holdout
 

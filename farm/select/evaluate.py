@@ -4,7 +4,9 @@ For each problem the candidates are its measured pairs that the family's rules a
 (`applicable`); the model's choice is the candidate of least cost (ties to the catalogue's
 order, as the Selector breaks them). Efficiency = oracle time / measured time of the choice,
 where the oracle is the fastest `ok` candidate; a choice whose measurement failed scores 0.
-Top-k efficiency measures the model's k best at run time and keeps the fastest.
+Top-k efficiency measures the model's k best at run time and keeps the fastest. With a guard
+(`safe` per row, `depth`), the model's `depth` best are reordered safe first
+(farm.select.guard), as the Selector does.
 """
 
 from __future__ import annotations
@@ -45,15 +47,25 @@ EMPTY = Efficiency(0, float("nan"), float("nan"), float("nan"), float("nan"), fl
                    float("nan"), {str(k): float("nan") for k in TOP_K}, 0)
 
 
-def ranked(frame: pd.DataFrame, cost: np.ndarray) -> pd.DataFrame:
-    """Applicable candidates of problems that have an oracle, best first per problem, with
-    `rank` and `eff` (oracle / time; 0 for a failed measurement)."""
-    f = frame.assign(cost=np.asarray(cost, dtype=np.float64))
+def ranked(frame: pd.DataFrame, cost: np.ndarray, safe: np.ndarray | None = None,
+           depth: int = 0) -> pd.DataFrame:
+    """Applicable candidates of problems that have an oracle, best first per problem (the
+    guard applied where `safe` is given), with `rank` and `eff` (oracle / time; 0 for a failed
+    measurement)."""
+    f = frame.assign(cost=np.asarray(cost, dtype=np.float64),
+                     safe=True if safe is None else np.asarray(safe, dtype=bool))
     f = f[f["applicable"].to_numpy(bool) & ~np.isnan(f["cost"].to_numpy())]
     ok = f["status"].eq("ok").to_numpy()
     oracle = f[ok].groupby("problem")["median_us"].min()
     f = f[f["problem"].isin(oracle.index)]
     f = f.sort_values(["problem", "cost", "candidate"], kind="stable")
+    if safe is not None and depth > 1:
+        order = f.groupby("problem").cumcount().to_numpy()
+        head = order < depth
+        f = f.assign(_head=np.where(head, 0, 1), _unsafe=np.where(head, ~f["safe"], False),
+                     _order=order)
+        f = f.sort_values(["problem", "_head", "_unsafe", "_order"], kind="stable").drop(
+            columns=["_head", "_unsafe", "_order"])
     times = f["median_us"].to_numpy(np.float64)
     best = oracle.reindex(f["problem"]).to_numpy()
     good = f["status"].eq("ok").to_numpy()
@@ -63,10 +75,11 @@ def ranked(frame: pd.DataFrame, cost: np.ndarray) -> pd.DataFrame:
                     fastest=good & (times <= best))
 
 
-def efficiency(frame: pd.DataFrame, cost: np.ndarray) -> Efficiency:
+def efficiency(frame: pd.DataFrame, cost: np.ndarray, safe: np.ndarray | None = None,
+               depth: int = 0) -> Efficiency:
     """Efficiency of choosing by `cost` (lower is better), one row of `frame` per pair with
-    columns problem, candidate, status, median_us, applicable."""
-    f = ranked(frame, cost)
+    columns problem, candidate, status, median_us, applicable; guarded where `safe` is given."""
+    f = ranked(frame, cost, safe, depth)
     if f.empty:
         return EMPTY
     chosen = f[f["rank"] == 0]
@@ -82,8 +95,9 @@ def efficiency(frame: pd.DataFrame, cost: np.ndarray) -> Efficiency:
                       failed_choices=int((chosen["status"] != "ok").sum()))
 
 
-def choices(frame: pd.DataFrame, cost: np.ndarray) -> pd.DataFrame:
+def choices(frame: pd.DataFrame, cost: np.ndarray, safe: np.ndarray | None = None,
+            depth: int = 0) -> pd.DataFrame:
     """The chosen row of each problem (for reports and tests)."""
-    f = ranked(frame, cost)
+    f = ranked(frame, cost, safe, depth)
     return f[f["rank"] == 0]
 

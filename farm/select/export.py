@@ -17,6 +17,7 @@ from farm.select.cexport import c_source, header, symbol_prefix
 from farm.select.evaluate import Efficiency
 from farm.select.features import FeatureSpec
 from farm.select.train import TrainedModel
+from kernels.registry import operator_spec
 
 FORMAT = "farm-select-bundle/1"
 MODEL, SPEC, CATALOGUE, METRICS, README = ("model.txt", "features.json", "catalogue.json",
@@ -67,7 +68,10 @@ def c_files(files: dict[str, str]) -> dict[str, str]:
     prefix = symbol_prefix(info["operator"], info["arch"], info["dtype"])
     note = ("SYNTHETIC training data: not a measured model." if info.get("synthetic")
             else "Trained on measured data.")
-    return {C_FILE: c_source(spec, catalogue, files[MODEL], info["kind"], prefix, note),
+    text_fields = tuple(operator_spec(info["operator"]).problem_type.TEXT_FIELDS)
+    guard_depth = int(info.get("train_config", {}).get("guard_depth", 0))
+    return {C_FILE: c_source(spec, catalogue, files[MODEL], info["kind"], prefix, note,
+                             guard_depth, text_fields),
             H_FILE: header(prefix, spec.inputs)}
 
 

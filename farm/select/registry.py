@@ -52,7 +52,8 @@ def _incumbent_mean(queries: Queries, incumbent: ModelSummary, data: Dataset | N
         return incumbent.metrics.get("holdout", {}).get("mean", math.nan), "its stored holdout"
     rows = usable(data.part("holdout"))
     selector = Selector(unpack(ModelQueries(queries).model_bundle(incumbent.id)), "lightgbm")
-    return efficiency(rows, selector.frame_costs(rows)).mean, "the same held-out rows"
+    return efficiency(rows, selector.frame_costs(rows), selector.frame_safe(rows),
+                      selector.guard_depth).mean, "the same held-out rows"
 
 
 def register(queries: Queries, model: TrainedModel, data: Dataset | None = None,

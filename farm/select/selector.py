@@ -6,6 +6,9 @@ and called through ctypes (microseconds), or from LightGBM's predict where no co
 family's applicability rules, so an instance that cannot serve the shape is never chosen
 (checking lazily gives the same answer as filtering first, at a fraction of the cost: the
 cheapest candidate alone is checked before any sorting, and it is most often the answer).
+The guard (farm.select.guard) then puts a safe candidate first among the model's `depth` best:
+no reference-speed family and no shape far outside a candidate's measured support where a
+safer one is predicted close.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from farm.problems import Problem, ProblemError
 from farm.select.cexport import symbol_prefix
 from farm.select.export import C_FILE, MODEL, c_files, parse, read_bundle
 from farm.select.features import feature_matrix, instance_matrix, shape_numbers
+from farm.select.guard import guarded_order, reference_flags, support_fields
 from farm.select.train import cost_of
 from kernels.registry import get_family, operator_spec
 
@@ -83,6 +87,12 @@ class Selector:
         self._rules: list[Callable[[Problem], str | None]] = [
             partial(f.applicable, i) for f, i in zip(self._families, self._instances)]
         self._table = instance_matrix(self.spec, self.catalogue)
+        self._fields = support_fields(self.spec.inputs, tuple(self._record.TEXT_FIELDS))
+        wide = [(-np.inf, np.inf)] * len(self._fields)
+        bounds = np.array([e.support or wide for e in self.catalogue], np.float64)
+        self._low, self._high = bounds[:, :, 0], bounds[:, :, 1]
+        self._reference = reference_flags([e.family for e in self.catalogue])
+        self.guard_depth = int(self.info.get("train_config", {}).get("guard_depth", 0))
         self._booster = lgb.Booster(model_str=files[MODEL])
         self._costs_c = None
         if backend != "lightgbm":
@@ -157,20 +167,30 @@ class Selector:
         raw = self._booster.predict(x, raw_score=True)
         return cost_of(self.kind, raw).reshape(len(problems), count)
 
+    def safe(self, problem: Problem) -> np.ndarray:
+        """Whether each candidate is safe on `problem` (catalogue order; farm.select.guard)."""
+        values = np.array(problem.number_values(), np.float64)[self._fields]
+        inside = ((values >= self._low) & (values <= self._high)).all(axis=1)
+        return inside & ~self._reference
+
     def _ranked(self, problem: Problem, cost: np.ndarray, k: int) -> list[str]:
-        """The k best applicable candidates, best first (ties: catalogue order)."""
+        """The k best applicable candidates, best first (ties: catalogue order), guarded."""
+        depth = self.guard_depth if self.guard_depth > 1 else 0
         first = int(cost.argmin()) if k == 1 else -1  # the stable sort's first
-        if first >= 0 and self._rules[first](problem) is None:
+        if first >= 0 and self._rules[first](problem) is None and (
+                not depth or self.safe(problem)[first]):
             return [self.names[first]]
-        out = []
+        order: list[int] = []
         for i in np.argsort(cost, kind="stable"):
-            if i != first and self._rules[i](problem) is None:
-                out.append(self.names[i])
-                if len(out) == k:
+            if self._rules[i](problem) is None:
+                order.append(int(i))
+                if len(order) == max(k, depth):
                     break
-        if not out:
+        if not order:
             raise SelectionError(f"no candidate instance can run {problem.label()}")
-        return out
+        if depth:
+            order = guarded_order(order, self.safe(problem)[order].tolist(), depth)
+        return [self.names[i] for i in order[:k]]
 
     def allowed(self, problem: Problem) -> list[bool]:
         """Whether each candidate's family rules let it run `problem` (catalogue order)."""
@@ -195,6 +215,20 @@ class Selector:
             return [self._ranked(p, self._costs(p), 1)[0] for p in checked]
         costs = self._costs_batch(checked) if checked else []
         return [self._ranked(p, c, 1)[0] for p, c in zip(checked, costs)]
+
+    def frame_safe(self, frame: Any) -> np.ndarray:
+        """Whether each of a frame's pairs (shape fields and `kernel` per row) is safe for this
+        model (farm.select.guard); an instance it does not know is not."""
+        known = frame["kernel"].map(self.index)
+        rows = known.notna().to_numpy()
+        out = np.zeros(len(frame), dtype=bool)
+        if rows.any():
+            names = [self.spec.inputs[i] for i in self._fields]
+            values = frame.loc[rows, names].to_numpy(np.float64)
+            c = known[rows].astype(int).to_numpy()
+            inside = ((values >= self._low[c]) & (values <= self._high[c])).all(axis=1)
+            out[rows] = inside & ~self._reference[c]
+        return out
 
     def frame_costs(self, frame: Any) -> np.ndarray:
         """Costs of a frame's pairs (shape fields and `kernel` per row); NaN for an instance

@@ -24,9 +24,10 @@ import numpy as np
 import pandas as pd
 
 from farm.select.catalogue import CatalogueEntry
-from farm.select.data import Dataset
+from farm.select.data import Dataset, geometry_fields
 from farm.select.evaluate import Efficiency, choices, efficiency
 from farm.select.features import FeatureSpec, feature_matrix, instance_matrix, shape_numbers
+from farm.select.guard import TrainingSupport
 from kernels.registry import operator_spec
 
 KINDS = ("regressor", "ranker", "hybrid")
@@ -54,6 +55,7 @@ class TrainConfig:
     seed: int = 0
     keep_within: float | None = None  # candidates kept: those within this fraction of the
     # fastest on some training problem (0.97: 3%); 0 keeps all; None: the operator's default
+    guard_depth: int = 2  # the model's best this many: a safe one first (farm.select.guard)
 
     def kept_fraction(self, operator: str) -> float:
         if self.keep_within is not None:
@@ -178,6 +180,12 @@ def _fit(kind: str, config: TrainConfig, names: tuple[str, ...], x: np.ndarray,
                      callbacks=[lgb.early_stopping(config.early_stopping, verbose=False)])
 
 
+def training_support(data: Dataset) -> TrainingSupport:
+    """The candidates' support and reference flags, from the training problems' pairs."""
+    return TrainingSupport(usable(data.part("train")), geometry_fields(data.operator),
+                           [e.family for e in data.catalogue])
+
+
 def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
     """Fit each kind, keep the better by validation efficiency, score it on the holdout.
 
@@ -197,6 +205,9 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
     fit = {s: usable(data.part(s), not config.learn_inapplicable) for s in ("train", "validation")}
     fit = {s: f[f["candidate"].isin(kept)] for s, f in fit.items()}
     xf = {s: pair_features(spec, data.catalogue, p) for s, p in fit.items()}
+    support = training_support(data)
+    safe = {s: support.safe(p) for s, p in parts.items()}
+    depth = config.guard_depth
     fitted, scores, costs = {}, {}, {}
     for kind in config.kinds:
         booster = _fit(kind, config, spec.names, xf["train"], fit["train"], xf["validation"],
@@ -205,7 +216,8 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
         costs[kind] = {s: pruned_cost(kind, booster.predict(
             x[s], num_iteration=booster.best_iteration, raw_score=True), parts[s], kept)
             for s in parts}
-        scores[kind] = {s: efficiency(parts[s], costs[kind][s]).record() for s in parts}
+        scores[kind] = {s: efficiency(parts[s], costs[kind][s], safe[s], depth).record()
+                        for s in parts}
     chosen = max(config.kinds, key=lambda k: (scores[k]["validation"]["mean"],
                                               scores[k]["validation"]["p10"]))
     booster = fitted[chosen]
@@ -220,15 +232,17 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
                "training_rows": int(len(fit["train"])), "training_seconds": seconds,
                "candidates_kept": int(len(kept)),
                "synthetic": bool(data.window.get("synthetic")),
-               "per_problem": per_problem(data, parts["holdout"], costs[chosen]["holdout"])}
-    catalogue = tuple(data.catalogue[i] for i in kept)
+               "per_problem": per_problem(data, parts["holdout"], costs[chosen]["holdout"],
+                                          safe["holdout"], depth)}
+    catalogue = tuple(replace(data.catalogue[i], support=support.bounds(i)) for i in kept)
     return TrainedModel(spec, catalogue, chosen, text, metrics, dict(data.window),
                         asdict(config))
 
 
-def per_problem(data: Dataset, frame: pd.DataFrame, cost: np.ndarray) -> list[dict[str, str]]:
+def per_problem(data: Dataset, frame: pd.DataFrame, cost: np.ndarray,
+                safe: np.ndarray | None = None, depth: int = 0) -> list[dict[str, str]]:
     """The choice for each problem of `frame`: [{problem: problem key, kernel: instance}]."""
-    chosen = choices(frame, cost)
+    chosen = choices(frame, cost, safe, depth)
     spec = operator_spec(data.operator)
     return [{"problem": spec.problem(data.dtype, {f: r[f] for f in spec.fields}).key,
              "kernel": r["kernel"]} for r in chosen.to_dict("records")]

@@ -11,6 +11,7 @@ from kernels.registry import register
 
 class NaiveConv(KernelFamily):
     name = "conv_naive"
+    reference = True
     short = "naive"
     operators = CONV_OPERATORS
     source_file = "conv/naive.cu"
