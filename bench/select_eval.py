@@ -150,7 +150,8 @@ def shift_table(data: Dataset, config: TrainConfig, path: Path) -> dict:
 
 def evaluate_op(store, op: str, args, resources) -> dict:
     config = TrainConfig(threads=args.threads, keep_within=args.keep_within,
-                         guard_depth=args.guard_depth)
+                         guard_depth=args.guard_depth, rounds=args.rounds,
+                         learning_rate=args.learning_rate)
     data = cap_rows(load_dataset(store, op, args.arch, args.dtype, resources=resources),
                     args.rows)
     synthetic = bool(data.window.get("synthetic"))
@@ -215,6 +216,9 @@ def main() -> None:
                         help="keep the candidates within this fraction of the fastest on some "
                              "training problem (default: the operator's)")
     parser.add_argument("--folds", choices=["networks", "default"], default="networks")
+    parser.add_argument("--rounds", type=int, default=TrainConfig.rounds,
+                        help="most boosting rounds (trees) of each model")
+    parser.add_argument("--learning-rate", type=float, default=TrainConfig.learning_rate)
     parser.add_argument("--guard-depth", type=int, default=TrainConfig.guard_depth,
                         help="the model's best this many: a safe candidate first (0: off)")
     parser.add_argument("--shift-recording", type=Path, default=None, metavar="FILE",

@@ -8,7 +8,7 @@
       - csv: ../networks/groupnorm/sd_unet_64_n8.csv  # relative to this file
       - inline: [{N: 8, C: 320, H: 64, W: 64, G: 32}]
       - generate: {N: [1, 8], C: {start: 128, stop: 1024, mul: 2}, H: [8, 64], W: H, G: 32}
-      - synthetic: {count: 200, seed: 0}
+      - synthetic: {count: 200, seed: 0}   # space: coverage for the operator's wider space
     kernels:                      # optional; default: every family of the operator
       - family: gn_twopass
         where: {threads: [256, 512], vec: {min: 4}}
@@ -86,6 +86,8 @@ FieldValues = int | str | list[int | str] | Range
 class Synthetic(_Strict):
     count: int = Field(ge=1, le=MAX_GENERATED)
     seed: int = 0
+    # training: the operator's synthetic_shapes; coverage: its wider coverage_shapes
+    space: Literal["training", "coverage"] = "training"
 
 
 class ProblemSource(_Strict):
@@ -212,8 +214,10 @@ def _expand(source: ProblemSource, spec: JobSpec, path: Path,
                 for i, fields in enumerate(source.inline)], 0
     if source.synthetic:
         try:
-            shapes = operator_spec(spec.operator).synthetic_shapes(source.synthetic.count,
-                                                                  source.synthetic.seed)
+            op = operator_spec(spec.operator)
+            generate = op.coverage_shapes if source.synthetic.space == "coverage" else \
+                op.synthetic_shapes
+            shapes = generate(source.synthetic.count, source.synthetic.seed)
         except NotImplementedError as exc:
             raise SpecError(f"{where}.synthetic", str(exc)) from None
         return [_problem(spec, fields, f"{where}.synthetic") for fields in shapes], 0

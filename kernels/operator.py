@@ -130,6 +130,11 @@ class OperatorSpec(abc.ABC):
         """`count` shapes that cover the space real networks draw from, the same for a seed."""
         raise NotImplementedError(f"{self.name} has no synthetic shape generator")
 
+    def coverage_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """`count` shapes drawn over a wider space than synthetic_shapes (training that covers
+        the space, active sampling's pool); by default the same as synthetic_shapes."""
+        return self.synthetic_shapes(count, seed)
+
     def shape_class(self, problem: Any) -> str:
         """A coarse class of the shape, for grouping in reports (a convolution's: dense,
         grouped or depthwise)."""

@@ -66,6 +66,11 @@ def run(until_idle: Annotated[bool, typer.Option(
         retrain_every: Annotated[Optional[float], typer.Option(
             help="Also retrain when a model is this many seconds old and new measurements "
                  "exist")] = None,
+        active_batch: Annotated[int, typer.Option(
+            help="After each training, queue this many generated shapes where the model is "
+                 "unsure or was wrong (active sampling; 0: off)")] = 0,
+        active_rounds: Annotated[int, typer.Option(
+            help="Active-sampling jobs per operator/arch/dtype at most")] = 3,
         quiet: Annotated[bool, typer.Option(help="No progress bars")] = False,
         db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
     """The coordinator: measure queued jobs on every GPU of the Ray cluster (or replay)."""
@@ -75,7 +80,8 @@ def run(until_idle: Annotated[bool, typer.Option(
 
     config = _config(ray_address, replay, replay_actors, replay_pace, arch,
                      hang_slack_s=hang_slack, stale_after_s=stale_after, max_batch=max_batch,
-                     retrain=retrain, retrain_every_s=retrain_every)
+                     retrain=retrain, retrain_every_s=retrain_every,
+                     active_batch=active_batch, active_rounds=active_rounds)
     from farm.cli import _errors
 
     with _errors():

@@ -37,6 +37,10 @@ class CoordinatorConfig:
     retrain_every_s: float | None = None  # ... or its model is this old and new data exist
     retrain_check_s: float = 30.0  # how often a measuring coordinator asks (with a period)
     retrain_include_replay: bool = False  # train on replayed rows too (tests only)
+    active_batch: int = 0  # after a training, queue this many shapes where the model is unsure
+    # or was wrong (farm/select/active.py); 0: no active sampling
+    active_rounds: int = 3  # ... at most this many such jobs per operator/arch/dtype
+    active_pool: int = 2000  # ... chosen from this many generated shapes
 
 
 class Reporter(Protocol):

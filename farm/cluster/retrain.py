@@ -3,7 +3,9 @@ have grown 20% since its newest selection model (or, with a period, whose model 
 the period while new measurements exist; that is also checked during a job) gets a Ray CPU task
 (num_cpus=1) that loads its data and trains; the coordinator polls the task's ObjectRef between
 batches and registers the model when it is done (promoted only if not worse on the held-out
-problems). Measurement never waits for it."""
+problems). Measurement never waits for it. With active sampling (active_batch), the same task
+also picks the shapes the model is unsure of or was wrong near (farm/select/active.py), and the
+coordinator queues them as a job, at most active_rounds times per operator/arch/dtype."""
 
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ Target = tuple[str, str, str]  # operator, arch, dtype
 
 @ray.remote(num_cpus=1, max_retries=0)
 def train_task(db_url: str, operator: str, arch: str, dtype: str,
-               include_replay: bool) -> tuple[Any, Any]:
-    """Load an operator/arch/dtype's measurements and train its model: (TrainedModel, Dataset)."""
+               include_replay: bool, active_batch: int = 0, active_pool: int = 2000,
+               seed: int = 0) -> tuple[Any, Any, Any]:
+    """Load an operator/arch/dtype's measurements and train its model: (TrainedModel, Dataset,
+    the SamplingBatch to measure next or None)."""
+    from farm.select.active import plan_batch
     from farm.select.catalogue import compile_cache_resources
     from farm.select.data import SplitConfig, load_dataset
     from farm.select.train import train
@@ -33,9 +38,27 @@ def train_task(db_url: str, operator: str, arch: str, dtype: str,
     try:
         data = load_dataset(store, operator, arch, dtype, SplitConfig(),
                             compile_cache_resources(arch), include_replay)
-        return train(data), data
+        model = train(data)
+        batch = plan_batch(model, data, active_batch, active_pool, seed) if active_batch else None
+        return model, data, batch
     finally:
         store.engine.dispose()
+
+
+def queue_batch(store: Queries, batch: Any, arch: str, round_: int) -> int | None:
+    """Queue an active-sampling batch as a job on the operator's candidate families (no
+    vendor baseline); None for an empty batch."""
+    from farm.api import queue
+    from farm.select.catalogue import candidate_families
+    from farm.specs import resolve_spec
+
+    if not batch.problems:
+        return None
+    spec = {"name": f"active-sampling {batch.operator} {batch.dtype} {arch} round {round_}",
+            "operator": batch.operator, "dtype": batch.dtype, "priority": 1,
+            "problems": [{"inline": batch.fields()}],
+            "kernels": [{"family": f.name} for f in candidate_families(batch.operator)]}
+    return queue(resolve_spec(spec, Path("active-sampling")), store)
 
 
 def task_url(store: Queries) -> str:
@@ -55,6 +78,7 @@ class Retrainer:
         self.failed: dict[Target, int] = {}  # measurements when a training last failed
         self.deferred: set[Target] = set()  # due checks that waited for a running training
         self.registered: list[Any] = []  # Registrations, oldest first
+        self.sampled: dict[Target, list[int]] = {}  # active-sampling jobs queued per target
         self.last_check = time.monotonic()
 
     def poll(self, check: bool = False) -> None:
@@ -101,8 +125,10 @@ class Retrainer:
             due = retrain_due(self.store, operator, arch, dtype, growth,
                               c.retrain_include_replay, c.retrain_every_s)
             if due.due and self.failed.get((operator, arch, dtype)) != due.measurements:
+                rounds = len(self.sampled.get((operator, arch, dtype), []))
+                batch = c.active_batch if rounds < c.active_rounds else 0
                 ref = train_task.remote(task_url(self.store), operator, arch, dtype,
-                                        c.retrain_include_replay)
+                                        c.retrain_include_replay, batch, c.active_pool, rounds)
                 self.running[ref] = ((operator, arch, dtype), due.measurements)
                 self.reporter.note(f"training a selection model for {operator} {dtype} on "
                                    f"{arch}: {due.reason}")
@@ -112,7 +138,7 @@ class Retrainer:
 
         label = " ".join(target)
         try:
-            model, data = ray.get(ref)
+            model, data, batch = ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - too few problems, a lost task: say, go on
             self.reporter.note(f"training {label} failed: {type(exc).__name__}: {exc}")
             self.failed[target] = measurements  # again once more measurements exist
@@ -121,3 +147,12 @@ class Retrainer:
         self.registered.append(done)
         self.reporter.note(f"model {done.model.id} ({label}, version {done.model.version}): "
                            f"{'promoted' if done.promoted else 'not promoted'} ({done.reason})")
+        if batch is not None:
+            jobs = self.sampled.setdefault(target, [])
+            job = queue_batch(self.store, batch, target[1], len(jobs) + 1)
+            if job is not None:
+                jobs.append(job)
+                unsure = sum(r.startswith("unsure") for r in batch.reasons)
+                self.reporter.note(f"active sampling {label}: job {job} queued with "
+                                   f"{len(batch.problems)} shapes ({len(batch.problems) - unsure} "
+                                   f"near wrong choices, {unsure} where the model is unsure)")

@@ -162,7 +162,8 @@ def _masked_tree(k: int, tree: LeafMasks, cols: _Columns, count: int, padded: in
     loop = (f"  for (c = 0; c < NP; c++)\n    m[c] = s & FIXED[{k}][c]"
             + "".join(f"\n      & {t}" for t in tests) + ";")
     function = "\n".join([f"VECTOR_CLONES static void tree{k}(double X[NX][NP], uint64_t s, "
-                          "uint64_t *m) {", "  int c;", *keeps, loop, "}"])
+                          "uint64_t *m) {", "  int c;", *(() if tests else ("  (void)X;",)),
+                          *keeps, loop, "}"])
     call = [f"  s = {_mask(tree.full)};"]
     call += [f"  s &= KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)});"
              for sp in tree.splits if sp.feature < cols.shape]

@@ -92,6 +92,9 @@ class Selector:
         bounds = np.array([e.support or wide for e in self.catalogue], np.float64)
         self._low, self._high = bounds[:, :, 0], bounds[:, :, 1]
         self._reference = reference_flags([e.family for e in self.catalogue])
+        # per candidate, for checking one at a time: None (never safe) or its bounds by field
+        self._bounds = [None if r else tuple(zip(self._fields, lo.tolist(), hi.tolist()))
+                        for r, lo, hi in zip(self._reference, self._low, self._high)]
         self.guard_depth = int(self.info.get("train_config", {}).get("guard_depth", 0))
         self._booster = lgb.Booster(model_str=files[MODEL])
         self._costs_c = None
@@ -173,12 +176,17 @@ class Selector:
         inside = ((values >= self._low) & (values <= self._high)).all(axis=1)
         return inside & ~self._reference
 
+    def _safe_one(self, values: Sequence[float], i: int) -> bool:
+        """Whether candidate i is safe on a shape (its number_values)."""
+        bounds = self._bounds[i]
+        return bounds is not None and all(lo <= values[f] <= hi for f, lo, hi in bounds)
+
     def _ranked(self, problem: Problem, cost: np.ndarray, k: int) -> list[str]:
         """The k best applicable candidates, best first (ties: catalogue order), guarded."""
         depth = self.guard_depth if self.guard_depth > 1 else 0
         first = int(cost.argmin()) if k == 1 else -1  # the stable sort's first
         if first >= 0 and self._rules[first](problem) is None and (
-                not depth or self.safe(problem)[first]):
+                not depth or self._safe_one(problem.number_values(), first)):
             return [self.names[first]]
         order: list[int] = []
         for i in np.argsort(cost, kind="stable"):
@@ -189,7 +197,9 @@ class Selector:
         if not order:
             raise SelectionError(f"no candidate instance can run {problem.label()}")
         if depth:
-            order = guarded_order(order, self.safe(problem)[order].tolist(), depth)
+            values = problem.number_values()
+            order = guarded_order(order, [self._safe_one(values, i) for i in order[:depth]],
+                                  depth)
         return [self.names[i] for i in order[:k]]
 
     def allowed(self, problem: Problem) -> list[bool]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.conv.problem import CONV_FIELDS, CONV_OPERATORS, ConvProblem
-from kernels.conv.synthetic import synthetic_shapes
+from kernels.conv.synthetic import coverage_shapes, synthetic_shapes
 from kernels.family import Launch, grid_stride_blocks
 from kernels.operator import OperatorSpec, Tensor, VendorCall
 from kernels.registry import register_operator
@@ -114,6 +114,9 @@ class ConvOperator(OperatorSpec):
 
     def synthetic_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
         return synthetic_shapes(count, seed)
+
+    def coverage_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
+        return coverage_shapes(count, seed)
 
     def shape_class(self, problem: ConvProblem) -> str:
         """dense (G = 1), depthwise (G = C) or grouped."""

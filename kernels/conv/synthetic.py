@@ -56,3 +56,54 @@ def synthetic_shapes(count: int, seed: int = 0) -> list[dict[str, int]]:
                  "pad_w": reach // 2, "dil_h": dil, "dil_w": dil}
         shapes.setdefault(tuple(shape.values()), shape)
     return list(shapes.values())
+
+
+# The wider space of coverage_shapes: filters to 11x11, dilations to 3, stride 4, every group
+# width from 1 to 64 channels, depthwise multipliers, maps that are not square.
+_COVER_FILTERS = (1, 1, 2, 3, 3, 3, 4, 5, 5, 7, 7, 9, 11)
+_COVER_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+_COVER_CHANNELS = (3, 4, *_CHANNELS)
+_COVER_SPATIAL = (1, 2, 3, 5, 7, 8, 10, 13, 14, 17, 19, 24, 28, 32, 35, 38, 56, 64, 73, 112,
+                  147, 192, 224)
+
+
+def coverage_shapes(count: int, seed: int = 0) -> list[dict[str, int]]:
+    """`count` distinct valid shapes drawn evenly over the classes a network may use, wider
+    than synthetic_shapes: dense, grouped (every group width from 1 to 64 channels, the ones
+    that divide C) and depthwise with channel multipliers 1, 2 and 4; filters 1x1 to 11x11
+    (even sizes too, and now and then R != S), dilation 1 to 3, stride 1, 2 or 4; maps of 1 to
+    224 pixels a side, not always square; batch 1 to 64. For training that covers the space
+    and for active sampling's pool; the same (count, seed) always gives the same shapes."""
+    rng = random.Random(seed)
+    shapes: dict[tuple[int, ...], dict[str, int]] = {}
+    attempts = 0
+    while len(shapes) < count and attempts < 50 * count:
+        attempts += 1
+        c = rng.choice(_COVER_CHANNELS)
+        kind = rng.choice(("dense", "grouped", "grouped", "depthwise"))
+        if kind == "depthwise":
+            g, k = c, c * rng.choice((1, 1, 2, 4))
+        else:
+            widths = [w for w in _COVER_WIDTHS if c % w == 0 and w < c]
+            g = c // rng.choice(widths) if kind == "grouped" and widths else 1
+            k = rng.choice([x for x in _COVER_CHANNELS if x % g == 0] or [c])
+        r = rng.choice(_COVER_FILTERS)
+        s = r if rng.random() < 0.85 else rng.choice(_COVER_FILTERS)
+        dil = rng.choice((2, 3)) if max(r, s) > 1 and rng.random() < 0.15 else 1
+        stride = rng.choice((1, 1, 1, 2, 2, 4))
+        h = rng.choice(_COVER_SPATIAL)
+        w = h if rng.random() < 0.8 else rng.choice(_COVER_SPATIAL)
+        reach_h, reach_w = dil * (r - 1) + 1, dil * (s - 1) + 1
+        pad_h, pad_w = reach_h // 2, reach_w // 2
+        if h + 2 * pad_h < reach_h or w + 2 * pad_w < reach_w:
+            continue
+        p, q = (h + 2 * pad_h - reach_h) // stride + 1, (w + 2 * pad_w - reach_w) // stride + 1
+        n = rng.choice(_BATCH)
+        macs = n * k * (c // g) * r * s * p * q
+        if n * h * w * c > _MAX_ELEMENTS or n * p * q * k > _MAX_ELEMENTS or macs > _MAX_MACS:
+            continue
+        shape = {"N": n, "C": c, "K": k, "G": g, "H": h, "W": w, "R": r, "S": s,
+                 "stride_h": stride, "stride_w": stride, "pad_h": pad_h, "pad_w": pad_w,
+                 "dil_h": dil, "dil_w": dil}
+        shapes.setdefault(tuple(shape.values()), shape)
+    return list(shapes.values())

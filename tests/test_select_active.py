@@ -1,0 +1,70 @@
+"""Active sampling without a GPU: on a model trained from SYNTHETIC measurements, the next batch
+is new shapes of the wider coverage space, the nearest to the model's wrong choices first, then
+where its two best candidates are closest; the coordinator's job for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from farm.select.active import cost_gap, plan_batch, wrong_problems
+from farm.select.data import geometries
+from kernels.conv.synthetic import coverage_shapes, synthetic_shapes
+from tests.test_select import fwd  # noqa: F401 - the module's trained model fixture
+
+
+def test_coverage_shapes_are_valid_wider_and_repeatable():
+    from kernels.registry import operator_spec
+
+    shapes = coverage_shapes(500, seed=3)
+    assert shapes == coverage_shapes(500, seed=3) and len(shapes) == 500
+    spec = operator_spec("conv2d_fwd")
+    problems = [spec.problem("bf16", s) for s in shapes]  # every one valid
+    assert {spec.shape_class(p) for p in problems} == {"dense", "grouped", "depthwise"}
+    assert max(s["R"] for s in shapes) == 11 and max(s["dil_h"] for s in shapes) == 3
+    assert any(s["H"] != s["W"] for s in shapes) and any(s["K"] == 2 * s["C"] == 2 * s["G"]
+                                                         for s in shapes)
+    widths = {s["C"] // s["G"] for s in shapes if 1 < s["G"] < s["C"]}
+    assert {1, 3, 6, 12, 48} & widths  # group widths the training generator never draws
+    old = synthetic_shapes(500, seed=3)
+    assert max(s["R"] for s in old) <= 7
+
+
+def test_the_batch_is_new_shapes_near_wrong_choices_then_where_the_model_is_unsure(fwd):  # noqa: F811
+    batch = plan_batch(fwd.model, fwd.data, count=24, pool_size=400, seed=1)
+    assert len(batch.problems) == 24 == len(set(batch.problems))
+    measured = set(geometries("conv2d_fwd", fwd.data.frame))
+    fields = ("N", "C", "K", "G", "H", "W", "R", "S", "stride_h", "stride_w", "pad_h", "pad_w",
+              "dil_h", "dil_w")
+    assert not {tuple(getattr(p, f) for f in fields) for p in batch.problems} & measured
+    wrong = wrong_problems(fwd.model, fwd.data, 0.9)
+    near = [r for r in batch.reasons if r.startswith("wrong")]
+    assert len(near) == min(len(wrong), 12)
+    unsure = [p for p, r in zip(batch.problems, batch.reasons) if r.startswith("unsure")]
+    assert unsure
+    gaps = [cost_gap(fwd.selector, p) for p in unsure]
+    assert gaps == sorted(gaps) and np.isfinite(gaps).all()
+    # the unsure shapes have smaller gaps than the pool's typical one
+    pool = [fwd.selector.problem(s) for s in coverage_shapes(100, seed=9)]
+    assert max(gaps) <= np.median([cost_gap(fwd.selector, p) for p in pool])
+    assert plan_batch(fwd.model, fwd.data, count=24, pool_size=400, seed=1) == batch
+
+
+def test_the_coordinator_queues_the_batch_as_a_job_of_the_candidate_families(fwd):  # noqa: F811
+    from farm.cluster.retrain import queue_batch
+
+    batch = plan_batch(fwd.model, fwd.data, count=8, pool_size=200, seed=2)
+    job = queue_batch(fwd.store, batch, "sm_90", 1)
+    summary = fwd.store.job(job)
+    assert summary.status == "queued" and "active-sampling conv2d_fwd" in summary.name
+    spec = fwd.store.job_spec(job)["spec"]
+    assert sorted(k["family"] for k in spec["kernels"]) == ["conv_direct", "conv_igemm", "conv_naive"]
+    assert spec["problems"][0]["inline"] == batch.fields()
+
+
+@pytest.mark.parametrize("count", [0])
+def test_an_empty_pool_or_count_gives_no_job(fwd, count):  # noqa: F811
+    from farm.cluster.retrain import queue_batch
+
+    batch = plan_batch(fwd.model, fwd.data, count=count, pool_size=50, seed=2)
+    assert batch.problems == () and queue_batch(fwd.store, batch, "sm_90", 1) is None
