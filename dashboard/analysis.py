@@ -53,6 +53,28 @@ def stored_figures(metrics: dict) -> dict:
     return part if isinstance(part, dict) else metrics
 
 
+EVALUATIONS = {"leave_one_network_out": "networks never trained on (pooled leave-one-out)",
+               "held_out_spec": "held-out shapes of {spec}"}
+
+
+def stored_evaluations(metrics: dict) -> pd.DataFrame:
+    """The evaluations stored with a model (farm train --leave-networks-out, --holdout-spec):
+    one row each, with problems, mean, P10, min and top-2 / top-4 efficiency."""
+    found = (metrics or {}).get("evaluations") if isinstance(metrics, dict) else None
+    rows = []
+    for key, label in EVALUATIONS.items():
+        entry = (found or {}).get(key)
+        if not isinstance(entry, dict):
+            continue
+        figures = entry.get("pooled", entry)
+        top = figures.get("top_k") or {}
+        rows.append({"evaluation": label.format(spec=entry.get("spec", "?")),
+                     "problems": figures.get("problems"), "mean": figures.get("mean"),
+                     "p10": figures.get("p10"), "min": figures.get("min"),
+                     "top-2 efficiency": top.get("2"), "top-4 efficiency": top.get("4")})
+    return pd.DataFrame(rows)
+
+
 def stored_topk(metrics: dict) -> pd.DataFrame:
     """The stored top-k efficiency curve (k = 1 is the mean), empty if not stored."""
     figures = stored_figures(metrics)

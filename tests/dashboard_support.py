@@ -121,7 +121,19 @@ def seed(url: str) -> None:
                               "kind": "regressor", "holdout": {
                                   "problems": 40, "mean": 0.95, "median": 0.97, "p10": 0.9,
                                   "min": 0.6, "top1": 0.7, "top5": 0.9,
-                                  "top_k": {"2": 0.97, "4": 0.99, "8": 1.0}}}))
+                                  "top_k": {"2": 0.97, "4": 0.99, "8": 1.0}},
+                              "evaluations": {
+                                  "leave_one_network_out": {"pooled": {
+                                      "problems": 166, "mean": 0.983, "median": 1.0,
+                                      "p10": 0.945, "min": 0.66, "top1": 0.63, "top5": 0.97,
+                                      "top_k": {"2": 0.992, "4": 0.998, "8": 0.998},
+                                      "failed_choices": 0}, "folds": {}},
+                                  "held_out_spec": {
+                                      "spec": "training-coverage-fwd", "problems": 322,
+                                      "mean": 0.972, "median": 1.0, "p10": 0.894, "min": 0.359,
+                                      "top1": 0.7, "top5": 0.96,
+                                      "top_k": {"2": 0.987, "4": 0.996, "8": 0.998},
+                                      "failed_choices": 0}}}))
         session.add(Model(operator=GN, arch="sm_90", dtype="bf16", version=1, promoted=True,
                           created_at=now - dt.timedelta(days=1), metrics={
                               "kind": "ranker", "holdout": {

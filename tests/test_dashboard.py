@@ -133,6 +133,12 @@ def test_efficiency(seeded):
 
     at.selectbox(key="eff_model").set_value("model v2").run()
     assert dict(metrics(at)[:6])["Mean"] == "0.950"
+    evaluations = at.dataframe[0].value  # before the worst-shapes table
+    assert evaluations["evaluation"].tolist() == [
+        "networks never trained on (pooled leave-one-out)",
+        "held-out shapes of training-coverage-fwd"]
+    assert evaluations["p10"].tolist() == [0.945, 0.894]
+    assert evaluations["top-2 efficiency"].tolist() == [0.992, 0.987]
     assert "Stored held-out figures (40 problems)" in at.caption[0].value
     stored = figures(at)["Top-k efficiency (stored, held-out): the best of the model's k best "
                          "choices"]["data"][0]

@@ -4,6 +4,7 @@ the C export against the Python selector, the registry and retrain policy, the C
 benchmark script. The efficiencies here are of invented data and assert only sanity."""
 
 import dataclasses
+import json
 import sys
 import time
 from types import SimpleNamespace
@@ -398,3 +399,34 @@ def test_leave_networks_out_on_a_dataset_with_gaps_in_its_problem_ids(fwd):
     members = network_membership("conv2d_fwd")
     shapes = set(found["frame"][list(CONV_FIELDS)].itertuples(index=False, name=None))
     assert shapes and all("mobilenet_v2" in members[s] for s in shapes)
+
+
+def test_cli_train_stores_the_evaluations_on_unseen_shapes(tmp_path):
+    """farm train --leave-networks-out --holdout-spec: the model is trained with the spec's
+    shapes held out at any batch size, and both evaluations are stored with it."""
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    url = f"sqlite:///{folder / 'eval.db'}"
+    store = open_store(url)
+    seed_synthetic(store, synthetic_problems("conv2d_fwd", DTYPE, 60, 60))
+    held = synthetic_shapes(60, seed=0)[:12]  # shapes of the random part (seed 0)
+    for shape in held[:3]:  # the same shape at another batch size is the same shape
+        held.append({**shape, "N": shape["N"] * 2})
+    spec = tmp_path / "held.yaml"
+    spec.write_text(json.dumps({"name": "held-shapes", "operator": "conv2d_fwd",
+                                "problems": [{"inline": held}]}))
+    result = CliRunner().invoke(app, ["train", "--op", "conv2d_fwd", "--no-resources",
+                                      "--leave-networks-out", "--holdout-spec", str(spec)],
+                                env={"FARM_DB_URL": url})
+    assert result.exit_code == 0, result.output
+    assert "leave-one-network-out, pooled" in result.stdout
+    [model] = ModelQueries(store).models("conv2d_fwd", ARCH, DTYPE)
+    evaluations = model.metrics["evaluations"]
+    assert evaluations["held_out_spec"]["spec"] == "held-shapes"
+    keys = {tuple(s.values())[1:] for s in held}  # without N
+    measured = [p for p in synthetic_problems("conv2d_fwd", DTYPE, 60, 60)
+                if p.geometry()[1:] in keys]
+    assert evaluations["held_out_spec"]["problems"] == model.metrics["holdout"]["problems"]
+    assert 6 <= model.metrics["holdout"]["problems"] <= len(measured)
+    pooled = evaluations["leave_one_network_out"]["pooled"]
+    assert pooled["problems"] > 10 and 0.5 < pooled["mean"] <= 1.0

@@ -85,6 +85,14 @@ if models.empty:
 
 for name, where in zip(chosen, st.columns(len(chosen))):
     _show(name, frames[name], options[name].metrics if options[name] is not None else {}, where)
+for name in chosen:
+    evaluations = analysis.stored_evaluations(options[name].metrics) \
+        if options[name] is not None else pd.DataFrame()
+    if len(evaluations):
+        st.caption(f"{name}: efficiency on shapes it never trained on (stored with the model)")
+        st.dataframe(evaluations, hide_index=True, key=f"evaluations_{name}",
+                     column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                    for c in evaluations.columns[2:]})
 
 plotted = {n: f for n, f in frames.items() if f is not None}
 if plotted:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -50,10 +51,19 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
           include_replay: Annotated[bool, typer.Option(help="Train on replayed rows too")] = False,
           resources: Annotated[bool, typer.Option(
               help="Registers/shared memory from the compile cache")] = True,
+          networks_out: Annotated[bool, typer.Option(
+              "--leave-networks-out",
+              help="Also evaluate leave-one-network-out (one more training per network) and "
+                   "store it with the model")] = False,
+          holdout_spec: Annotated[Optional[Path], typer.Option(
+              help="Hold out this sweep spec's shapes (at any batch size) instead of the "
+                   "networks: e.g. generated shapes of another distribution")] = None,
           db: DbOption = None) -> None:
     """Train, evaluate and register a selection model per operator/arch/dtype."""
     from farm.choices import check_operator
     from farm.select.catalogue import compile_cache_resources, no_resources
+    from farm.select.crossval import hold_out_shapes, leave_networks_out
+    from farm.specs import load_spec
     from farm.select.data import SplitConfig, load_dataset
     from farm.select.registry import register
     from farm.select.train import TrainConfig, summary
@@ -69,11 +79,25 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
         if not targets:
             raise LookupError("no measurements match; run a sweep first")
         split = SplitConfig(holdout_networks=tuple(holdout) or None)
+        held_spec = load_spec(holdout_spec) if holdout_spec else None
+        config = TrainConfig(rounds=rounds, learning_rate=learning_rate, keep_within=keep_within)
         for o, a, d in targets:
             lookup = compile_cache_resources(a) if resources else no_resources
             data = load_dataset(store, o, a, d, split, lookup, include_replay)
-            model = fit(data, TrainConfig(rounds=rounds, learning_rate=learning_rate,
-                                          keep_within=keep_within))
+            evaluations = {}
+            if networks_out:
+                found = leave_networks_out(data, config)
+                evaluations["leave_one_network_out"] = {
+                    "pooled": found["pooled"], "folds": found["folds"],
+                    "distinct_shapes": found["distinct_shapes"]}
+            if held_spec is not None and held_spec.spec.operator == o:
+                data = hold_out_shapes(data, {p.geometry() for p in held_spec.problems})
+            model = fit(data, config)
+            if held_spec is not None and held_spec.spec.operator == o:
+                evaluations["held_out_spec"] = {"spec": held_spec.spec.name,
+                                                **model.metrics["holdout"]}
+            if evaluations:
+                model = replace(model, metrics={**model.metrics, "evaluations": evaluations})
             done = register(store, model, data)
             out.print(summary(model), highlight=False)
             out.print(f"  model {done.model.id} version {done.model.version}: "

@@ -256,4 +256,10 @@ def summary(model: TrainedModel) -> str:
              f"trees, {m['training_rows']} training rows, {m['training_seconds']:.1f} s{label}"]
     for part in ("validation", "holdout"):
         lines.append(f"  {part:10s} " + Efficiency(**m[part]).line())
+    evaluations = m.get("evaluations", {})
+    if "leave_one_network_out" in evaluations:
+        pooled = evaluations["leave_one_network_out"]["pooled"]
+        lines.append("  leave-one-network-out, pooled: " + Efficiency(**pooled).line())
+    if "held_out_spec" in evaluations:
+        lines.append(f"  (held out: the shapes of {evaluations['held_out_spec']['spec']})")
     return "\n".join(lines)
