@@ -179,7 +179,12 @@ class Selector:
     def _safe_one(self, values: Sequence[float], i: int) -> bool:
         """Whether candidate i is safe on a shape (its number_values)."""
         bounds = self._bounds[i]
-        return bounds is not None and all(lo <= values[f] <= hi for f, lo, hi in bounds)
+        if bounds is None:
+            return False
+        for f, lo, hi in bounds:
+            if not lo <= values[f] <= hi:
+                return False
+        return True
 
     def _ranked(self, problem: Problem, cost: np.ndarray, k: int) -> list[str]:
         """The k best applicable candidates, best first (ties: catalogue order), guarded."""
