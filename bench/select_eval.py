@@ -116,16 +116,35 @@ def selection_latency(model, data: Dataset, count: int) -> dict:
             "c_python_agreement": f"{agree}/{len(shapes)}"}
 
 
+def worst_choices(op: str, frame, cost, safe, depth: int, count: int = 6) -> list[dict]:
+    """The `count` held-out problems chosen worst: shape, chosen and fastest instance."""
+    from farm.select.evaluate import ranked
+
+    f = ranked(frame, cost, safe, depth)
+    fields = list(operator_spec(op).fields)
+    best = f[f["fastest"]].drop_duplicates("problem").set_index("problem")["kernel"]
+    chosen = f[f["rank"] == 0].sort_values(["eff", "problem"]).head(count)
+    return [{"shape": ",".join(f"{k}={r[k]}" for k in fields), "efficiency": float(r["eff"]),
+             "chosen": r["kernel"], "fastest": best.get(r["problem"])}
+            for r in chosen.to_dict("records")]
+
+
 def networks_table(data: Dataset, config: TrainConfig) -> dict:
     """Leave-one-network-out, pooled; prints the table."""
     found = leave_networks_out(data, config)
     pooled = found["pooled"]
+    frame = found["frame"]
+    worst = worst_choices(data.operator, frame, frame["cost"].to_numpy(),
+                          frame["safe"].to_numpy(), config.guard_depth)
     print(f"  leave-one-network-out, pooled over {len(found['folds'])} folds "
           f"({found['distinct_shapes']} distinct shapes): {Efficiency(**pooled).line()}")
     for name, fold in found["folds"].items():
         print(f"    held out {name:20s} {fold['kind']:9s} {fold['problems']:3d} problems: "
               f"mean {fold['mean']:.3f} P10 {fold['p10']:.3f} min {fold['min']:.3f}")
-    return {"pooled": pooled, "folds": found["folds"],
+    for w in worst:
+        print(f"    worst: {w['efficiency']:.3f} {w['shape']}: {w['chosen']} (fastest "
+              f"{w['fastest']})")
+    return {"pooled": pooled, "folds": found["folds"], "worst": worst,
             "distinct_shapes": found["distinct_shapes"],
             "training_seconds_per_fold": found["training_seconds"]}
 
@@ -140,12 +159,23 @@ def shift_table(data: Dataset, config: TrainConfig, path: Path) -> dict:
     frame = pd.read_parquet(path)
     frame = frame[frame["operator"] == data.operator]
     shapes = set(geometries(data.operator, frame.drop_duplicates("problem_key")))
-    model = train(hold_out_shapes(data, shapes), config)
+    from farm.select.selector import Selector
+    from farm.select.train import usable
+
+    part = hold_out_shapes(data, shapes)
+    model = train(part, config)
     held = model.metrics["holdout"]
     print(f"  {path.name} held out ({len(shapes)} shapes, any batch): "
           f"{Efficiency(**held).line()}")
+    rows = usable(part.part("holdout"))
+    selector = Selector(bundle_files(model), "lightgbm")
+    worst = worst_choices(data.operator, rows, selector.frame_costs(rows),
+                          selector.frame_safe(rows), selector.guard_depth)
+    for w in worst:
+        print(f"    worst: {w['efficiency']:.3f} {w['shape']}: {w['chosen']} (fastest "
+              f"{w['fastest']})")
     return {"recording": path.name, "shapes": len(shapes), "kind": model.metrics["kind"],
-            "holdout": held}
+            "holdout": held, "worst": worst}
 
 
 def evaluate_op(store, op: str, args, resources) -> dict:

@@ -58,7 +58,7 @@ class OperatorSpec(abc.ABC):
     problem_type: type  # the shape record: a frozen dataclass deriving from farm.problems.Problem
     reference_source: str  # named as KernelFamily.source_file; built with FARM_REFERENCE (fp32 out)
     networks_dir: Path | None = None  # CSV problem sets of real networks (column `network`)
-    keep_within = 0.0  # a selection model's candidates: those within this fraction of the
+    keep_within = 0.97  # a selection model's candidates: those within this fraction of the
     # fastest on some training problem (farm/select/train.py); 0 keeps every one
     # The networks a selection model is scored on and never trained on, by default; with none
     # of them among the measured problems, a hash of the shape holds out a share instead.

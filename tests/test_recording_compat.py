@@ -1,6 +1,7 @@
 """The shipped recordings (format 1: one column per convolution field) still load, import and
-replay, and give the same best instances and the same selection figures as when problems were
-stored one column per field (tests/data/recording_baseline.json, made then)."""
+replay, and give the same best instances as when problems were stored one column per field, and
+the selection figures of tests/data/recording_baseline.json (its `made_with` says which
+selection made them)."""
 
 from __future__ import annotations
 

@@ -110,11 +110,9 @@ def test_training_keeps_the_better_kind_and_labels_synthetic(fwd):
 
 def test_selector_agrees_with_evaluation_and_obeys_the_rules(fwd):
     held = usable(fwd.data.part("holdout"))
-    x = pair_features(fwd.model.spec, fwd.model.catalogue, held)
-    raw = fwd.slow._booster.predict(x, raw_score=True)
     safe, depth = fwd.selector.frame_safe(held), fwd.selector.guard_depth
     assert depth == 2 and not safe.all()  # the guard is on, and conv_naive is never safe
-    chosen = choices(held, cost_of(fwd.model.kind, raw), safe, depth)
+    chosen = choices(held, fwd.slow.frame_costs(held), safe, depth)  # NaN: not a candidate
     for row in chosen.itertuples():
         problem = ConvProblem.from_fields("conv2d_fwd", DTYPE, row._asdict())
         assert fwd.selector.select(problem) == row.kernel
@@ -288,7 +286,7 @@ def test_leaf_masks_exit_where_lightgbm_does(fwd):
     from farm.select.trees import leaf_masks, parse_trees
 
     held = usable(fwd.data.part("holdout"))
-    x = pair_features(fwd.model.spec, fwd.model.catalogue, held)[:400]
+    x = pair_features(fwd.model.spec, fwd.data.catalogue, held)[:400]
     x[np.random.default_rng(3).random(x.shape) < 0.1] = np.nan
     picked = fwd.slow._booster.predict(x, pred_leaf=True)
     trees = parse_trees(fwd.model.model_text)
@@ -306,7 +304,7 @@ def test_c_export_of_trees_with_more_leaves_than_a_mask(fwd):
     from farm.select.trees import MAX_LEAVES, parse_trees
 
     frame = usable(fwd.data.part("train"))
-    x = pair_features(fwd.model.spec, fwd.model.catalogue, frame)
+    x = pair_features(fwd.model.spec, fwd.data.catalogue, frame)
     data = lgb.Dataset(x, np.log(frame["median_us"].to_numpy()), free_raw_data=False)
     params = {"objective": "regression", "min_data_in_leaf": 2, "verbose": -1, "seed": 0}
     big = lgb.train({**params, "num_leaves": 100}, data, num_boost_round=2)
@@ -366,7 +364,7 @@ def test_kept_candidates_are_those_close_to_a_training_problems_fastest():
 def test_a_pruned_model_chooses_among_the_kept_and_is_scored_against_all(fwd):
     import dataclasses as dc
 
-    from farm.select.train import TrainConfig, kept_candidates
+    from farm.select.train import TrainConfig, kept_candidates, training_support
 
     model = train(fwd.data, TrainConfig(keep_within=0.97))
     kept = kept_candidates(usable(fwd.data.part("train")), 0.97, len(fwd.data.catalogue))
@@ -377,10 +375,11 @@ def test_a_pruned_model_chooses_among_the_kept_and_is_scored_against_all(fwd):
     raw = Selector(bundle_files(model), "lightgbm")._booster.predict(
         pair_features(model.spec, fwd.data.catalogue, held), raw_score=True)
     cost = np.where(held["candidate"].isin(kept), cost_of(model.kind, raw), np.inf)
-    scored = efficiency(held, cost)  # the oracle over every candidate, pruned ones included
+    safe = training_support(fwd.data).safe(held)
+    scored = efficiency(held, cost, safe, 2)  # the oracle over every candidate, pruned included
     assert scored.mean == model.metrics["holdout"]["mean"]
-    pruned_oracle = efficiency(held[held["candidate"].isin(kept)], cost[held["candidate"].isin(
-        kept).to_numpy()])
+    in_kept = held["candidate"].isin(kept).to_numpy()
+    pruned_oracle = efficiency(held[in_kept], cost[in_kept], safe[in_kept], 2)
     assert scored.mean <= pruned_oracle.mean  # never scored against the kept ones alone
     assert dc.asdict(TrainConfig())["keep_within"] is None
 

@@ -1,0 +1,152 @@
+"""Selection latency, side by side: the C export of this checkout against the C export that an
+earlier revision's generator writes for the same model, and the Python Selector, one shape per
+call on one core.
+
+For each operator (--ops) of the recordings: one model (the default split and training
+settings, or --rounds / --learning-rate / --keep-within), its C export built by this checkout
+and, with --baseline-rev REV, by farm/select/cexport.py as it was at REV (git show); both run in
+one driver process each, alternately (--rounds-of-timing times), over the same shapes (the
+held-out problems, then generated ones) and the same `allowed` masks. Reports the median over
+the runs of each p50 and p99 (microseconds per `best` call) and whether the two exports choose
+alike (they differ only where the guard of this checkout reorders a choice). Writes
+bench/results/select_latency.json (--name, --out).
+
+Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
+           [--ops conv2d_fwd ...] [--baseline-rev 9ab08c5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import write_result
+from bench.select_eval import latency, query_shapes
+from farm.select.catalogue import compile_cache_resources
+from farm.select.cdriver import run_driver
+from farm.select.cexport import symbol_prefix
+from farm.select.data import load_dataset
+from farm.select.export import C_FILE, bundle_files, c_files, parse
+from farm.select.selector import Selector
+from farm.select.train import TrainConfig, train
+from farm.store import open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def generator_at(rev: str, folder: Path):
+    """farm/select/cexport.py as it was at `rev`, imported as a module of its own."""
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:farm/select/cexport.py"],
+                          check=True, capture_output=True, text=True).stdout
+    path = folder / f"cexport_{rev}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"cexport_{rev}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux), else what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def time_exports(sources: dict[str, str], prefix: str, shapes, masks, folder: Path,
+                 runs: int) -> dict:
+    """Each export's p50 / p99 per call (median over `runs` alternating runs) and picks."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sources}
+    picks = {}
+    for _ in range(runs):
+        for name, source in sources.items():
+            chosen, timing = run_driver(source, prefix, shapes, masks, folder / name,
+                                        repeats=3)
+            picks[name] = chosen
+            times[name].append(timing)
+    return {name: {"p50_us": float(np.median([t[0] for t in ts])),
+                   "p99_us": float(np.median([t[1] for t in ts])), "runs": runs}
+            for name, ts in times.items()}, picks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recording", type=Path, nargs="+", required=True)
+    parser.add_argument("--ops", nargs="+", default=["conv2d_fwd"])
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--baseline-rev", default=None, metavar="REV",
+                        help="also time the C export that REV's generator writes")
+    parser.add_argument("--rounds", type=int, default=TrainConfig.rounds)
+    parser.add_argument("--learning-rate", type=float, default=TrainConfig.learning_rate)
+    parser.add_argument("--keep-within", type=float, default=None)
+    parser.add_argument("--shapes", type=int, default=1000)
+    parser.add_argument("--rounds-of-timing", type=int, default=3)
+    parser.add_argument("--name", default="select_latency")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    config = TrainConfig(rounds=args.rounds, learning_rate=args.learning_rate,
+                         keep_within=args.keep_within)
+    figures: dict = {"operators": {}, "baseline_rev": args.baseline_rev,
+                     "config": {"rounds": config.rounds, "learning_rate": config.learning_rate,
+                                "keep_within": args.keep_within}}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        old = generator_at(args.baseline_rev, folder) if args.baseline_rev else None
+        store = open_store(f"sqlite:///{folder / 'recording.db'}")
+        from farm.recording import import_recording
+        for path in args.recording:
+            import_recording(store, path)
+        for op in args.ops:
+            data = load_dataset(store, op, args.arch, args.dtype,
+                                resources=compile_cache_resources(args.arch))
+            model = train(data, config)
+            files = bundle_files(model)
+            files[C_FILE] = c_files(files)[C_FILE]
+            prefix = symbol_prefix(model.operator, model.arch, model.dtype)
+            sources = {"this checkout": files[C_FILE]}
+            if old is not None:
+                spec, catalogue, info = parse(files)
+                sources[f"at {args.baseline_rev}"] = old.c_source(
+                    spec, catalogue, files["model.txt"], info["kind"], prefix, "baseline")
+            selector = Selector(files, "c")
+            shapes = query_shapes(data, args.shapes)
+            masks = [selector.allowed(p) for p in shapes]
+            numbers = [p.number_values() for p in shapes]
+            timed, picks = time_exports(sources, prefix, numbers, masks, folder / op,
+                                        args.rounds_of_timing)
+            python = latency(selector.select, shapes)
+            agree = None
+            if len(picks) == 2:
+                a, b = picks.values()
+                agree = f"{sum(x == y for x, y in zip(a, b))}/{len(a)}"
+            figures["operators"][op] = {"candidates": len(model.catalogue),
+                                        "trees": model.metrics["trees"], "kind": model.kind,
+                                        "c_export": timed, "python_selector": python,
+                                        "same_choice": agree}
+            line = " | ".join(f"{n} p50 {t['p50_us']:.1f} us p99 {t['p99_us']:.1f} us"
+                              for n, t in timed.items())
+            print(f"{op}: {len(model.catalogue)} candidates, {model.metrics['trees']} trees: "
+                  f"C {line} | Python Selector p50 {python['p50_us']:.1f} us"
+                  + (f" | same choice {agree}" if agree else ""), flush=True)
+        store.engine.dispose()
+    device = {"cpu": cpu_name(), "cores": os.cpu_count(),
+              "note": "one shape per call on one core; no GPU involved"}
+    print(f"wrote {write_result(args.name, device, figures, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
