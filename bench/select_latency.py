@@ -30,7 +30,7 @@ import numpy as np
 
 from bench.common import write_result
 from bench.select_eval import latency, query_shapes
-from farm.select.catalogue import compile_cache_resources
+from farm.select.catalogue import compile_cache_resources, no_resources
 from farm.select.cdriver import run_driver
 from farm.select.cexport import symbol_prefix
 from farm.select.data import load_dataset
@@ -40,6 +40,7 @@ from farm.select.train import TrainConfig, train
 from farm.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
+CURRENT = "this checkout"
 
 
 def generator_at(rev: str, folder: Path):
@@ -74,7 +75,7 @@ def time_exports(sources: dict[str, str], prefix: str, shapes, masks, folder: Pa
     for _ in range(runs):
         for name, source in sources.items():
             chosen, timing = run_driver(source, prefix, shapes, masks, folder / name,
-                                        repeats=3)
+                                        repeats=3, strict=name == CURRENT)
             picks[name] = chosen
             times[name].append(timing)
     return {name: {"p50_us": float(np.median([t[0] for t in ts])),
@@ -94,6 +95,8 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=TrainConfig.learning_rate)
     parser.add_argument("--keep-within", type=float, default=None)
     parser.add_argument("--shapes", type=int, default=1000)
+    parser.add_argument("--no-resources", action="store_true",
+                        help="no registers or shared memory from the compile cache")
     parser.add_argument("--rounds-of-timing", type=int, default=3)
     parser.add_argument("--name", default="select_latency")
     parser.add_argument("--out", default=None)
@@ -106,18 +109,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         old = generator_at(args.baseline_rev, folder) if args.baseline_rev else None
+        resources = no_resources if args.no_resources else compile_cache_resources(args.arch)
         store = open_store(f"sqlite:///{folder / 'recording.db'}")
         from farm.recording import import_recording
         for path in args.recording:
             import_recording(store, path)
         for op in args.ops:
-            data = load_dataset(store, op, args.arch, args.dtype,
-                                resources=compile_cache_resources(args.arch))
+            data = load_dataset(store, op, args.arch, args.dtype, resources=resources)
             model = train(data, config)
             files = bundle_files(model)
             files[C_FILE] = c_files(files)[C_FILE]
             prefix = symbol_prefix(model.operator, model.arch, model.dtype)
-            sources = {"this checkout": files[C_FILE]}
+            sources = {CURRENT: files[C_FILE]}
             if old is not None:
                 spec, catalogue, info = parse(files)
                 sources[f"at {args.baseline_rev}"] = old.c_source(

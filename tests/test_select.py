@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -429,3 +430,29 @@ def test_cli_train_stores_the_evaluations_on_unseen_shapes(tmp_path):
     assert 6 <= model.metrics["holdout"]["problems"] <= len(measured)
     pooled = evaluations["leave_one_network_out"]["pooled"]
     assert pooled["problems"] > 10 and 0.5 < pooled["mean"] <= 1.0
+
+
+def test_bench_select_latency_times_an_earlier_revisions_export_beside_this_one(
+        tmp_path, monkeypatch, capsys):
+    """bench/select_latency.py on a small recording: this checkout's C export and the one the
+    generator at the previous revision writes, for the same model, both timed."""
+    import shutil
+    import subprocess
+
+    from bench import select_latency
+
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD~1"], capture_output=True).returncode:
+        pytest.fail("bench/select_latency.py needs the checkout's git history")
+    monkeypatch.setattr(sys, "argv", [
+        "select_latency", "--recording", str(root / "tests" / "data" / "synthetic_recording.parquet"),
+        "--ops", "conv2d_fwd", "--baseline-rev", "HEAD~1", "--shapes", "40", "--no-resources",
+        "--rounds-of-timing", "1", "--out", str(tmp_path)])
+    select_latency.main()
+    figures = json.loads((tmp_path / "select_latency.json").read_text())["figures"]
+    fwd = figures["operators"]["conv2d_fwd"]
+    assert set(fwd["c_export"]) == {"this checkout", "at HEAD~1"}
+    assert all(t["p50_us"] > 0 for t in fwd["c_export"].values())
+    assert fwd["same_choice"].endswith("/40") and fwd["python_selector"]["p50_us"] > 0
+    assert "Python Selector p50" in capsys.readouterr().out

@@ -378,11 +378,16 @@ static const char *const NAMES[NC] = {{{names}}};
 {_tables(table, padded, fixed, leaves, (*per_lines, *blocks), group_of, heads)}
 {_guard_tables(catalogue, fields) if fields else ""}
 
-static double cdiv(double a, double b) {{ return ceil(a / b); }}
-static double fdiv(double a, double b) {{ return floor(a / b); }}
+#if defined(__GNUC__) || defined(__clang__)
+#define MAYBE_UNUSED __attribute__((unused))  /* a small model may not need every helper */
+#else
+#define MAYBE_UNUSED
+#endif
+static MAYBE_UNUSED double cdiv(double a, double b) {{ return ceil(a / b); }}
+static MAYBE_UNUSED double fdiv(double a, double b) {{ return floor(a / b); }}
 /* NaN if either is (a NaN, or b when only b is); without branches, so that loops vectorise */
-static double vmin(double a, double b) {{ return (a < b) | (a != a) ? a : b; }}
-static double vmax(double a, double b) {{ return (a > b) | (a != a) ? a : b; }}
+static MAYBE_UNUSED double vmin(double a, double b) {{ return (a < b) | (a != a) ? a : b; }}
+static MAYBE_UNUSED double vmax(double a, double b) {{ return (a > b) | (a != a) ? a : b; }}
 
 {chr(10).join(functions)}
 
@@ -391,9 +396,11 @@ const char *{prefix}_name(int i) {{ return i >= 0 && i < NC ? NAMES[i] : 0; }}
 
 int {prefix}_costs(const int64_t shape[{len(spec.inputs)}], double *cost) {{
 {chr(10).join(shape_lines)}
-  {"double X[NX][NG];" if cols.stored or leaves else ""}
-  {"uint64_t s, S[GROUP], M[GROUP][NG];" if leaves else ""}
+  {"double X[NX][NG];" if cols.stored else ""}
+  {"uint64_t s, S[GROUP];" if leaves else ""}
+  {"uint64_t M[GROUP][NG];" if any("(X, s, M[" in b for b in blocks) else ""}
   int c, g;
+  (void)shape;
   for (g = 0; g < NG; g++) {{
 {chr(10).join(per_lines)}
   }}
