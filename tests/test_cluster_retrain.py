@@ -58,3 +58,27 @@ def test_a_model_is_trained_and_registered_while_the_next_job_runs(sqlite_url, t
     assert not retrain_due(store, *TARGET, include_replay=True).due
     assert retrain_due(store, *TARGET, include_replay=True, period_s=0.0).due is False  # no new
     assert not coordinator.retrainer.running
+
+
+def test_active_sampling_queues_the_models_next_shapes_and_measures_them(sqlite_url, tmp_path):
+    """With active_batch, the training task also picks the shapes to measure next and the
+    coordinator queues and runs them as a job of the candidate families (here, replayed: the
+    recording has none of those pairs, so they come back not_recorded), once per round."""
+    store = open_store(sqlite_url)
+    first = spec("first", MEDIUM)
+    rec = str(build(_pairs(first, tmp_path), tmp_path / "r.parquet"))
+    job = submit(store, first, tmp_path)
+    coordinator = Coordinator(store, config(rec, retrain_include_replay=True, active_batch=6,
+                                            active_rounds=1, active_pool=300))
+    outcomes = coordinator.run(until_idle=True)
+
+    assert outcomes[0].job_id == job and outcomes[0].status == "done"
+    [(target, jobs)] = coordinator.retrainer.sampled.items()
+    assert target == TARGET and len(jobs) == 1 and outcomes[1].job_id == jobs[0]
+    sampled = store.job(jobs[0])
+    assert sampled.name.startswith("active-sampling conv2d_fwd bf16 sm_90 round 1")
+    assert sampled.status == "done" and sampled.total_pairs > 0
+    resolved = store.job_spec(jobs[0])["spec"]
+    assert len(resolved["problems"][0]["inline"]) == 6
+    assert {k["family"] for k in resolved["kernels"]} >= {"conv_naive"}
+    assert len(outcomes) == 2  # one round only, and the replayed job's rows train nothing

@@ -213,7 +213,10 @@ class Coordinator:
                     continue
                 if until_idle and not self._waiting(only):
                     if self.retrainer is not None:
+                        queued = self.retrainer.queued_jobs()
                         self.retrainer.wait()  # the trainings the jobs started
+                        if self.retrainer.queued_jobs() != queued and only is None:
+                            continue  # they queued active-sampling jobs: serve those too
                     break
                 if self.retrainer is not None:
                     self.retrainer.poll()

@@ -104,6 +104,10 @@ class Retrainer:
             ray.wait(list(self.running), num_returns=1, timeout=0.5)
             self.poll()
 
+    def queued_jobs(self) -> int:
+        """How many active-sampling jobs this retrainer has queued."""
+        return sum(len(jobs) for jobs in self.sampled.values())
+
     def cancel(self) -> None:
         for ref in self.running:
             ray.cancel(ref, force=True)
