@@ -327,14 +327,27 @@ def test_lazy_checks_choose_as_filtering_first(fwd):
     for p in problems("conv2d_fwd", 300, seed=13):
         cost, ok, safe = s.costs(p), s.allowed(p), s.safe(p)
         order = [i for i in np.argsort(cost, kind="stable") if ok[i]]
-        kept = guarded_order(order, [safe[i] for i in order], s.guard_depth)
+        kept = guarded_order(order, [safe[i] for i in order], s.guard_depth,
+                             [s.catalogue[i].family == "conv_naive" for i in order])
         assert s.select(p) == s.names[kept[0]]
         assert s.top(p, 3) == [s.names[i] for i in kept[:3]]
         passed_over += not ok[int(np.argmin(cost))]
         guarded += kept[0] != order[0]
-        if not safe[kept[0]]:  # an unsafe choice only where the next one is unsafe too
-            assert len(order) < 2 or not safe[order[1]]
+        if not safe[kept[0]]:  # unsafe only where no other safe is as close
+            plain = [i for i in order if s.catalogue[i].family != "conv_naive"]
+            assert not any(safe[i] for i in plain[:2])
     assert passed_over > 0 and guarded > 0
+
+
+def test_the_guard_window_counts_candidates_of_other_families_only():
+    from farm.select.guard import head_length
+
+    # naive, naive, igemm (safe), direct: the head reaches the second non-naive candidate
+    assert guarded_order([5, 6, 1, 2, 3], [False, False, True, False, True], 2,
+                         [True, True, False, False, False]) == [1, 5, 6, 2, 3]
+    assert head_length([True, True, False, False, False], 2) == 4
+    assert head_length([True, False], 2) == 2  # fewer than depth: all of them
+    assert guarded_order([5, 1], [False, True], 1, [True, False]) == [5, 1]  # depth 1: off
 
 
 def test_the_guard_keeps_naive_and_unmeasured_shapes_second_and_c_agrees(fwd):

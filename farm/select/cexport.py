@@ -354,6 +354,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #define GROUP {GROUP}  /* trees whose leaves are added in one pass over the candidates */
 #define NF {max(len(fields), 1)}  /* the shape fields a candidate's support bounds */
 #define GUARD_DEPTH {guard_depth if guard_depth > 1 else 0}  /* the best this many: safe first */
+#define REFERENCE_OF(c) {"REFERENCE[c]" if fields else "0"}
 /* all ones where the test passes, else the mask that clears the left subtree's leaves */
 #define KEEP(test, keep) ((test) ? ~UINT64_C(0) : (keep))
 /* x86-64 with glibc: AVX2 copies of the tree loops beside the portable ones, the one to run
@@ -419,22 +420,26 @@ int {prefix}_rank(const int64_t shape[{len(spec.inputs)}], const unsigned char *
           int *out) {{
   double cost[NC];
   unsigned char taken[NC];
-  int order[NC + GUARD_DEPTH + 1];
-  int found = 0, want = k > GUARD_DEPTH ? k : GUARD_DEPTH;
-  if (want > NC) want = NC;
+  int order[NC];
+  int found = 0, plain = 0, head = 0;
   for (int c = 0; c < NC; c++) taken[c] = allowed && !allowed[c];
   {prefix}_costs(shape, cost);
-  for (; found < want; found++) {{
+  /* best first, until k are found and the guard's head is whole: up to and including the
+     GUARD_DEPTH-th candidate of a family that is not reference-speed */
+  for (; found < NC && (found < k || (GUARD_DEPTH > 1 && plain < GUARD_DEPTH)); found++) {{
     int best = -1;
     for (int c = 0; c < NC; c++)
       if (!taken[c] && (best < 0 || cost[c] < cost[best])) best = c;
     if (best < 0) break;
     taken[best] = 1;
     order[found] = best;
+    if (plain < GUARD_DEPTH) {{
+      head = found + 1;
+      plain += !REFERENCE_OF(best);
+    }}
   }}
-  int head = found < GUARD_DEPTH ? found : GUARD_DEPTH, n = 0;
-  if (head > 1) {{  /* the safe ones of the first GUARD_DEPTH first, each in the model's order */
-    int rest[GUARD_DEPTH + 1], r = 0;
+  if (GUARD_DEPTH > 1 && head > 1) {{  /* the head's safe ones first, each in the model's order */
+    int rest[NC], r = 0, n = 0;
     for (int i = 0; i < head; i++) {{
       if (safe(shape, order[i])) order[n++] = order[i];
       else rest[r++] = order[i];

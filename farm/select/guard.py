@@ -9,9 +9,11 @@ in support. A candidate is safe on a shape when its family is not a reference fa
 shape is in its support; a candidate without support information (an older bundle) is in
 support everywhere.
 
-The guard reorders only the model's `depth` best applicable candidates: the safe ones first,
-each group in the model's order; depth 0 or 1 changes nothing. The Selector, the C export and
-the evaluation apply the same rule.
+The guard reorders only the head of the model's order of applicable candidates: up to and
+including its `depth`-th candidate of a family that is not reference-speed (so that several
+instances of a reference family do not fill the window). Within the head the safe ones come
+first, each group in the model's order; depth 0 or 1 changes nothing. The Selector, the C
+export and the evaluation apply the same rule.
 """
 
 from __future__ import annotations
@@ -60,12 +62,28 @@ def safe_rows(values: np.ndarray, candidates: np.ndarray, low: np.ndarray, high:
     return inside & ~reference[candidates]
 
 
-def guarded_order(order: Sequence[int], safe: Sequence[bool], depth: int) -> list[int]:
-    """`order` (best first) with its first `depth` entries stably split: safe ones first."""
-    head = list(order[:depth])
-    flags = list(safe[:depth])
+def head_length(reference: Sequence[bool], depth: int) -> int:
+    """How many of an order's first entries the guard reorders: up to and including its
+    `depth`-th entry that is not of a reference family (all of them if it has fewer)."""
+    seen = 0
+    for i, ref in enumerate(reference):
+        seen += not ref
+        if seen == depth:
+            return i + 1
+    return len(reference)
+
+
+def guarded_order(order: Sequence[int], safe: Sequence[bool], depth: int,
+                  reference: Sequence[bool] | None = None) -> list[int]:
+    """`order` (best first) with its head (head_length of the entries' `reference` flags, the
+    first `depth` where none are given) stably split: safe ones first. `safe` and `reference`
+    hold one flag per entry of the head at least."""
+    if depth <= 1:
+        return list(order)
+    end = head_length(reference, depth) if reference is not None else min(depth, len(order))
+    head, flags = list(order[:end]), list(safe[:end])
     return ([c for c, s in zip(head, flags) if s] + [c for c, s in zip(head, flags) if not s]
-            + list(order[depth:]))
+            + list(order[end:]))
 
 
 class TrainingSupport:

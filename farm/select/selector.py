@@ -194,17 +194,19 @@ class Selector:
                 not depth or self._safe_one(problem.number_values(), first)):
             return [self.names[first]]
         order: list[int] = []
+        plain = 0  # candidates of families that are not reference-speed, in the guard's head
         for i in np.argsort(cost, kind="stable"):
             if self._rules[i](problem) is None:
                 order.append(int(i))
-                if len(order) == max(k, depth):
+                plain += not self._reference[i]
+                if len(order) >= k and plain >= depth:
                     break
         if not order:
             raise SelectionError(f"no candidate instance can run {problem.label()}")
         if depth:
             values = problem.number_values()
-            order = guarded_order(order, [self._safe_one(values, i) for i in order[:depth]],
-                                  depth)
+            order = guarded_order(order, [self._safe_one(values, i) for i in order], depth,
+                                  [bool(self._reference[i]) for i in order])
         return [self.names[i] for i in order[:k]]
 
     def allowed(self, problem: Problem) -> list[bool]:
