@@ -336,6 +336,8 @@ def test_lazy_checks_choose_as_filtering_first(fwd):
         if not safe[kept[0]]:  # unsafe only where no other safe is as close
             plain = [i for i in order if s.catalogue[i].family != "conv_naive"]
             assert not any(safe[i] for i in plain[:2])
+            # and naive only where no other family is
+            assert s.catalogue[kept[0]].family != "conv_naive" or not plain
     assert passed_over > 0 and guarded > 0
 
 
@@ -344,7 +346,9 @@ def test_the_guard_window_counts_candidates_of_other_families_only():
 
     # naive, naive, igemm (safe), direct: the head reaches the second non-naive candidate
     assert guarded_order([5, 6, 1, 2, 3], [False, False, True, False, True], 2,
-                         [True, True, False, False, False]) == [1, 5, 6, 2, 3]
+                         [True, True, False, False, False]) == [1, 2, 5, 6, 3]
+    # nothing safe: another family's unsafe candidate still comes before naive
+    assert guarded_order([5, 2, 6, 3], [False] * 4, 2, [True, False, True, False]) == [2, 3, 5, 6]
     assert head_length([True, True, False, False, False], 2) == 4
     assert head_length([True, False], 2) == 2  # fewer than depth: all of them
     assert guarded_order([5, 1], [False, True], 1, [True, False]) == [5, 1]  # depth 1: off

@@ -438,13 +438,17 @@ int {prefix}_rank(const int64_t shape[{len(spec.inputs)}], const unsigned char *
       plain += !REFERENCE_OF(best);
     }}
   }}
-  if (GUARD_DEPTH > 1 && head > 1) {{  /* the head's safe ones first, each in the model's order */
-    int rest[NC], r = 0, n = 0;
-    for (int i = 0; i < head; i++) {{
-      if (safe(shape, order[i])) order[n++] = order[i];
-      else rest[r++] = order[i];
-    }}
-    for (int i = 0; i < r; i++) order[n + i] = rest[i];
+  if (GUARD_DEPTH > 1 && head > 1) {{
+    /* the head: safe ones, then other families' unsafe ones, then reference families', each
+       in the model's order */
+    int sorted_head[NC], n = 0;
+    for (int level = 0; level < 3; level++)
+      for (int i = 0; i < head; i++) {{
+        const int c = order[i];
+        const int l = safe(shape, c) ? 0 : REFERENCE_OF(c) ? 2 : 1;
+        if (l == level) sorted_head[n++] = c;
+      }}
+    for (int i = 0; i < head; i++) order[i] = sorted_head[i];
   }}
   if (found > k) found = k;
   for (int i = 0; i < found; i++) out[i] = order[i];

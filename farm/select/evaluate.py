@@ -80,8 +80,9 @@ def ranked(frame: pd.DataFrame, cost: np.ndarray, safe: np.ndarray | None = None
         # up to the depth-th candidate of a family not reference-speed; never a candidate the
         # model does not keep (infinite cost), which the Selector does not know
         head = (before < depth) & np.isfinite(f["cost"].to_numpy())
-        f = f.assign(_head=np.where(head, 0, 1), _unsafe=np.where(head, ~f["safe"], False),
-                     _order=order)
+        # within the head: safe, then unsafe of other families, then reference families
+        level = np.where(f["safe"].to_numpy(bool), 0, np.where(reference, 2, 1))
+        f = f.assign(_head=np.where(head, 0, 1), _unsafe=np.where(head, level, 0), _order=order)
         f = f.sort_values(["problem", "_head", "_unsafe", "_order"], kind="stable").drop(
             columns=["_head", "_unsafe", "_order"])
     times = f["median_us"].to_numpy(np.float64)

@@ -12,8 +12,10 @@ support everywhere.
 The guard reorders only the head of the model's order of applicable candidates: up to and
 including its `depth`-th candidate of a family that is not reference-speed (so that several
 instances of a reference family do not fill the window). Within the head the safe ones come
-first, each group in the model's order; depth 0 or 1 changes nothing. The Selector, the C
-export and the evaluation apply the same rule.
+first, then those of other families outside their support, then the reference families' (the
+last resort even where nothing else was measured on such a shape), each group in the model's
+order; depth 0 or 1 changes nothing. The Selector, the C export and the evaluation apply the
+same rule.
 """
 
 from __future__ import annotations
@@ -76,14 +78,16 @@ def head_length(reference: Sequence[bool], depth: int) -> int:
 def guarded_order(order: Sequence[int], safe: Sequence[bool], depth: int,
                   reference: Sequence[bool] | None = None) -> list[int]:
     """`order` (best first) with its head (head_length of the entries' `reference` flags, the
-    first `depth` where none are given) stably split: safe ones first. `safe` and `reference`
-    hold one flag per entry of the head at least."""
+    first `depth` where none are given) stably sorted: safe ones, then the other families'
+    unsafe ones, then the reference families'. `safe` and `reference` hold one flag per entry
+    of the head at least."""
     if depth <= 1:
         return list(order)
     end = head_length(reference, depth) if reference is not None else min(depth, len(order))
-    head, flags = list(order[:end]), list(safe[:end])
-    return ([c for c, s in zip(head, flags) if s] + [c for c, s in zip(head, flags) if not s]
-            + list(order[end:]))
+    refs = list(reference[:end]) if reference is not None else [False] * end
+    rank = [0 if s else (2 if r else 1) for s, r in zip(safe[:end], refs)]
+    head = [c for _, _, c in sorted(zip(rank, range(end), order[:end]))]
+    return head + list(order[end:])
 
 
 class TrainingSupport:
