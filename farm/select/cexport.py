@@ -113,8 +113,7 @@ def _names(formula: str) -> set[str]:
 class _Columns:
     """Where the C code finds each feature column: the shape's values (v_NAME, once per call),
     values known at generation (device constants, instance columns of each candidate) and the
-    interactions (X[j][g], per group of candidates and call: candidates whose instance columns
-    that the interactions read are equal share a group). Records which ones the code reads."""
+    interactions (X[j][c], per candidate and call). Records which ones the code reads."""
 
     def __init__(self, spec: FeatureSpec, table: np.ndarray) -> None:
         self.names, self.table = spec.names, table
@@ -141,15 +140,14 @@ class _Columns:
             return f"v_{self.names[f]}"
         if f < self.interactions:
             return f"INST[{f - self.instance}][c]"
-        return f"X[{self.stored.setdefault(f, len(self.stored))}][g]"
+        return f"X[{self.stored.setdefault(f, len(self.stored))}][c]"
 
 
 def _masked_tree(k: int, tree: LeafMasks, cols: _Columns, count: int, padded: int
-                 ) -> tuple[str | None, list[str], list[int]]:
-    """Tree k's interaction splits as a function of X and its shape mask, writing one mask per
-    group of candidates (None where the tree has no such split); the lines of costs() that
-    compute the shape mask; its fixed mask per candidate (the splits on known values; padding
-    keeps every leaf)."""
+                 ) -> tuple[str, list[str], list[int]]:
+    """Tree k as a function of X and its shape mask; the lines of costs() that compute that
+    mask and call it; its fixed mask per candidate (the splits on known values; padding keeps
+    every leaf)."""
     known = [sp for sp in tree.splits if cols.known(sp.feature)]
     fixed = [tree.mask(known, lambda sp, c=c: cols.value(sp.feature, c)) for c in range(count)]
     fixed += [tree.full] * (padded - count)
@@ -161,11 +159,11 @@ def _masked_tree(k: int, tree: LeafMasks, cols: _Columns, count: int, padded: in
         keeps.append(f"  const uint64_t k{i} = s & {_mask(sp.drop)} ? {_mask(~sp.drop)} "
                      f": ~UINT64_C(0);")
         tests.append(f"KEEP({_test(sp, cols.expr(sp.feature))}, k{i})")
-    function = None
-    if tests:
-        loop = (f"  for (g = 0; g < NG; g++)\n    m[g] = " + "\n      & ".join(tests) + ";")
-        function = "\n".join([f"VECTOR_CLONES static void tree{k}(double X[NX][NG], uint64_t s, "
-                              "uint64_t *m) {", "  int g;", *keeps, loop, "}"])
+    loop = (f"  for (c = 0; c < NP; c++)\n    m[c] = s & FIXED[{k}][c]"
+            + "".join(f"\n      & {t}" for t in tests) + ";")
+    function = "\n".join([f"VECTOR_CLONES static void tree{k}(double X[NX][NP], uint64_t s, "
+                          "uint64_t *m) {", "  int c;", *(() if tests else ("  (void)X;",)),
+                          *keeps, loop, "}"])
     call = [f"  s = {_mask(tree.full)};"]
     call += [f"  s &= KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)});"
              for sp in tree.splits if sp.feature < cols.shape]
@@ -183,8 +181,7 @@ def _branches(t: Tree, n: int, cols: _Columns, indent: str) -> list[str]:
 
 def _branchy_tree(k: int, t: Tree, cols: _Columns) -> list[str]:
     """Tree k as nested if/else code per candidate (more leaves than a mask holds)."""
-    return ([f"  for (c = 0; c < NC; c++) {{  /* tree {k} */", "    const int g = GROUP_OF[c];",
-             "    double t = 0.0;", "    (void)g;"]
+    return ([f"  for (c = 0; c < NC; c++) {{  /* tree {k} */", "    double t = 0.0;"]
             + _branches(t, 0, cols, "    ") + ["    cost[c] += t;", "  }"])
 
 
@@ -201,29 +198,12 @@ def _value_lines(spec: FeatureSpec, cols: _Columns) -> tuple[list[str], list[str
               if n in wanted]
     shape += [f"  const double v_{n} = {c_expression(f)};" for n, f in spec.shape_formulas
               if n in wanted]
-    per = [f"    const double v_{n} = GINST[{spec.instance.index(n)}][g];"
+    per = [f"    const double v_{n} = INST[{spec.instance.index(n)}][c];"
            for n in INSTANCE if n in wanted]
     per += [f"    const double v_{n} = {c_expression(f)};" for n, f in spec.interactions
             if n in wanted]
-    per += [f"    X[{j}][g] = v_{cols.names[f]};" for f, j in cols.stored.items()]
+    per += [f"    X[{j}][c] = v_{cols.names[f]};" for f, j in cols.stored.items()]
     return shape, per
-
-
-def _groups(spec: FeatureSpec, table: np.ndarray, per_lines: Sequence[str]
-            ) -> tuple[list[int], list[int]]:
-    """Each candidate's group and each group's first candidate: candidates whose instance
-    columns read by the per-group code (`per_lines`) are equal share one (NaN equals NaN)."""
-    read = [spec.instance.index(n) for n in INSTANCE
-            if any(f"GINST[{spec.instance.index(n)}]" in line for line in per_lines)]
-    first: dict[tuple, int] = {}
-    group_of = []
-    for c in range(len(table)):
-        key = tuple(repr(float(v)) for v in table[c, read])
-        group_of.append(first.setdefault(key, len(first)))
-    heads = [0] * len(first)
-    for c in reversed(range(len(table))):
-        heads[group_of[c]] = c
-    return group_of, heads
 
 
 def _debruijn() -> list[int]:
@@ -237,18 +217,13 @@ def _forest(trees: Sequence[Tree], cols: _Columns, count: int, padded: int
             ) -> tuple[list[str], list[str], list[list[int]], list[str]]:
     """The trees' functions, the lines of costs() that run them in order, the fixed masks
     (tree x candidate) and the leaf tables."""
-    blocks, fixed, leaves, functions = [], [], [], []
-    group: list[tuple[int, bool]] = []  # (tree, whether it has a group mask)
+    blocks, fixed, leaves, functions, group = [], [], [], [], []
 
     def flush() -> None:
-        """Add the leaves of the trees in `group` to the costs, in tree order: each exits at
-        the lowest leaf its shape mask, its fixed mask and its group's mask keep."""
+        """Add the leaves of the trees in `group` to the costs, in tree order."""
         if group:
-            blocks.extend(["  for (c = 0; c < NC; c++) {", "    const int g = GROUP_OF[c];",
-                           "    double t = cost[c];", "    (void)g;"]
-                          + [f"    t += LEAF{k}[LOWEST(S[{i}] & FIXED[{k}][c]"
-                             + (f" & M[{i}][g]" if tested else "") + ")];"
-                             for i, (k, tested) in enumerate(group)]
+            blocks.extend(["  for (c = 0; c < NC; c++) {", "    double t = cost[c];"]
+                          + [f"    t += LEAF{k}[LOWEST(M[{i}][c])];" for i, k in enumerate(group)]
                           + ["    cost[c] = t;", "  }"])
             group.clear()
 
@@ -260,11 +235,9 @@ def _forest(trees: Sequence[Tree], cols: _Columns, count: int, padded: int
             fixed.append([0] * padded)
             continue
         function, lines, rows = _masked_tree(k, masks, cols, count, padded)
-        blocks += lines + [f"  S[{len(group)}] = s;"]
-        if function is not None:
-            functions.append(function)
-            blocks.append(f"  tree{k}(X, s, M[{len(group)}]);")
-        group.append((k, function is not None))
+        functions.append(function)
+        blocks += lines + [f"  tree{k}(X, s, M[{len(group)}]);"]
+        group.append(k)
         if len(group) == GROUP:
             flush()
         fixed.append(rows)
@@ -275,19 +248,13 @@ def _forest(trees: Sequence[Tree], cols: _Columns, count: int, padded: int
 
 
 def _tables(table: np.ndarray, padded: int, fixed: list[list[int]], leaves: list[str],
-            code: Sequence[str], group_of: Sequence[int], heads: Sequence[int]) -> str:
-    """The instance columns (per candidate and per group, where `code` reads them), each
-    candidate's group, and the trees' masks and leaves."""
-    out = [f"static const int GROUP_OF[NC] = {{\n  {_rows(list(group_of), 16)}}};"]
-    if any(re.search(r"(?<!G)INST\[", line) for line in code):
+            code: Sequence[str]) -> str:
+    """The instance columns (where `code` reads them) and the trees' masks and leaves."""
+    out = []
+    if any("INST[" in line for line in code):
         inst = np.vstack([table, np.repeat(table[-1:], padded - len(table), axis=0)])
         out.append("static const double INST[NI][NP] = {\n  " + ",\n  ".join(
             "{" + _rows([float(v) for v in col], 4) + "}" for col in inst.T) + "};")
-    if any("GINST[" in line for line in code):
-        rows = list(heads) + [heads[-1]] * (-(-len(heads) // LANES) * LANES - len(heads))
-        out.append("static const double GINST[NI][NG] = {\n  " + ",\n  ".join(
-            "{" + _rows([float(v) for v in table[rows, i]], 4) + "}"
-            for i in range(table.shape[1])) + "};")
     if leaves:
         out += ["/* per tree and candidate: the leaves kept by the splits on known values */",
                 "static const uint64_t FIXED[NT][NP] = {\n  " + ",\n  ".join(
@@ -332,7 +299,6 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
     cols = _Columns(spec, table)
     functions, blocks, fixed, leaves = _forest(trees, cols, count, padded)
     shape_lines, per_lines = _value_lines(spec, cols)
-    group_of, heads = _groups(spec, table, per_lines)
     names = ", ".join('"' + e.name.replace('"', "") + '"' for e in catalogue)
     fields = support_fields(spec.inputs, text_fields)
     safe_body = "  return 1;" if not fields else SAFE_BODY
@@ -346,8 +312,6 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 
 #define NC {count}
 #define NP {padded}  /* candidates rounded up to whole vector loops (padding repeats the last) */
-#define NG {-(-len(heads) // LANES) * LANES}  /* groups of candidates whose interactions are equal,
-                  rounded up likewise */
 #define NT {len(trees)}
 #define NI {len(spec.instance)}
 #define NX {max(len(cols.stored), 1)}
@@ -376,7 +340,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #endif
 
 static const char *const NAMES[NC] = {{{names}}};
-{_tables(table, padded, fixed, leaves, (*per_lines, *blocks), group_of, heads)}
+{_tables(table, padded, fixed, leaves, (*per_lines, *blocks))}
 {_guard_tables(catalogue, fields) if fields else ""}
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -397,12 +361,11 @@ const char *{prefix}_name(int i) {{ return i >= 0 && i < NC ? NAMES[i] : 0; }}
 
 int {prefix}_costs(const int64_t shape[{len(spec.inputs)}], double *cost) {{
 {chr(10).join(shape_lines)}
-  {"double X[NX][NG];" if cols.stored else ""}
-  {"uint64_t s, S[GROUP];" if leaves else ""}
-  {"uint64_t M[GROUP][NG];" if any("(X, s, M[" in b for b in blocks) else ""}
-  int c, g;
+  {"double X[NX][NP];" if cols.stored or leaves else ""}
+  {"uint64_t s, M[GROUP][NP];" if leaves else ""}
+  int c;
   (void)shape;
-  for (g = 0; g < NG; g++) {{
+  for (c = 0; c < NP; c++) {{
 {chr(10).join(per_lines)}
   }}
   for (c = 0; c < NC; c++) cost[c] = 0.0;
