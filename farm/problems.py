@@ -32,7 +32,8 @@ def as_int(name: str, value: Any) -> int:
         value = value.item()  # a NumPy scalar, as pandas gives
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    digits = value.strip().lstrip("-") if isinstance(value, str) else ""
+    if digits.isascii() and digits.isdigit():  # "²" is a digit to isdigit(), not to int()
         value = int(value.strip())
     if not isinstance(value, int):
         raise ProblemError(f"{name} must be an integer, got {value!r}")

@@ -55,6 +55,15 @@ def test_from_fields_defaults_optional_fields_and_reports_missing_ones():
                                                    if k != "R"})
 
 
+def test_digit_strings_are_integers_and_other_digits_a_problem_error():
+    from farm.problems import ProblemError, as_int
+
+    assert as_int("R", " 3 ") == 3 and as_int("pad_h", "-1") == -1
+    for text in ("²", "٣", "3.5", ""):  # isdigit() is true for the first two
+        with pytest.raises(ProblemError, match="R must be an integer"):
+            as_int("R", text)
+
+
 def test_key_depends_on_every_field():
     base = ConvProblem(op="conv2d_fwd", **RESNET_3X3)
     keys = {base.key}
