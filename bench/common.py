@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import platform
 import shlex
 import sys
 from pathlib import Path
@@ -22,3 +23,14 @@ def write_result(name: str, device: dict, figures: dict, out_dir: str | None = N
     path = folder / f"{name}.json"
     path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     return path
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux), else what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

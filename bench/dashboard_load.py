@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import func, insert, select
 
-from bench.common import write_result
+from bench.common import cpu_name, write_result
 from farm.problems import ProblemError
 from farm.select.synthetic import network_shapes
 from farm.store import open_store
@@ -229,14 +229,6 @@ def render(url: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -256,7 +248,7 @@ def main() -> None:
     figures = {"measurements": rows, "build_s": built, "target_s": 2.0, "pages": pages,
                "all_under_target": all(p["cold_s"] < 2.0 and not p["errors"]
                                        for p in pages.values())}
-    device = {"cpu": _cpu_name(), "cores": os.cpu_count(),
+    device = {"cpu": cpu_name(), "cores": os.cpu_count(),
               "python": platform.python_version(), "database": "sqlite"}
     print(f"wrote {write_result('dashboard_load', device, figures, args.out)}")
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import write_result
+from bench.common import cpu_name, write_result
 from bench.select_eval import latency, query_shapes
 from farm.select.catalogue import compile_cache_resources, no_resources
 from farm.select.cdriver import run_driver
@@ -56,15 +55,6 @@ def generator_at(rev: str, folder: Path):
     return module
 
 
-def cpu_name() -> str:
-    """The processor's model name (Linux), else what the platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def time_exports(sources: dict[str, str], prefix: str, shapes, masks, folder: Path,

@@ -12,10 +12,11 @@ Top-k efficiency measures the model's k best at run time and keeps the fastest. 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
+
+from farm.select.guard import reference_flags
 
 TOP_K = (2, 4, 8)
 
@@ -48,17 +49,6 @@ EMPTY = Efficiency(0, float("nan"), float("nan"), float("nan"), float("nan"), fl
                    float("nan"), {str(k): float("nan") for k in TOP_K}, 0)
 
 
-@lru_cache(maxsize=None)
-def is_reference(family: str) -> bool:
-    """Whether a family is reference-speed (farm.select.guard)."""
-    from kernels.registry import get_family
-
-    try:
-        return bool(getattr(get_family(family), "reference", False))
-    except LookupError:
-        return False
-
-
 def ranked(frame: pd.DataFrame, cost: np.ndarray, safe: np.ndarray | None = None,
            depth: int = 0) -> pd.DataFrame:
     """Applicable candidates of problems that have an oracle, best first per problem (the
@@ -73,7 +63,7 @@ def ranked(frame: pd.DataFrame, cost: np.ndarray, safe: np.ndarray | None = None
     f = f.sort_values(["problem", "cost", "candidate"], kind="stable")
     if safe is not None and depth > 1:
         order = f.groupby("problem").cumcount().to_numpy()
-        reference = f["family"].map(lambda name: is_reference(name)).to_numpy(bool) \
+        reference = reference_flags(f["family"].tolist()) \
             if "family" in f else np.zeros(len(f), bool)
         plain = (~reference).astype(int)
         before = f.assign(_plain=plain).groupby("problem")["_plain"].cumsum().to_numpy() - plain

@@ -21,6 +21,7 @@ same rule.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -51,9 +52,18 @@ def measured_support(frame: pd.DataFrame, fields: Sequence[str], count: int
     return low, high
 
 
+@lru_cache(maxsize=None)
+def is_reference(family: str) -> bool:
+    """Whether a family is reference-speed (an unknown family is not)."""
+    try:
+        return bool(getattr(get_family(family), "reference", False))
+    except LookupError:
+        return False
+
+
 def reference_flags(families: Sequence[str]) -> np.ndarray:
     """Whether each candidate's family is a reference-speed one."""
-    return np.array([bool(getattr(get_family(f), "reference", False)) for f in families])
+    return np.array([is_reference(f) for f in families], dtype=bool)
 
 
 def safe_rows(values: np.ndarray, candidates: np.ndarray, low: np.ndarray, high: np.ndarray,

@@ -33,7 +33,7 @@ from farm.problems import Problem, ProblemError
 from farm.select.cexport import symbol_prefix
 from farm.select.export import C_FILE, MODEL, c_files, parse, read_bundle
 from farm.select.features import feature_matrix, instance_matrix, shape_numbers
-from farm.select.guard import guarded_order, reference_flags, support_fields
+from farm.select.guard import guarded_order, reference_flags, safe_rows, support_fields
 from farm.select.train import cost_of
 from kernels.registry import get_family, operator_spec
 
@@ -173,8 +173,9 @@ class Selector:
     def safe(self, problem: Problem) -> np.ndarray:
         """Whether each candidate is safe on `problem` (catalogue order; farm.select.guard)."""
         values = np.array(problem.number_values(), np.float64)[self._fields]
-        inside = ((values >= self._low) & (values <= self._high)).all(axis=1)
-        return inside & ~self._reference
+        everyone = np.arange(len(self.catalogue))
+        return safe_rows(np.broadcast_to(values, (len(everyone), len(values))), everyone,
+                         self._low, self._high, self._reference)
 
     def _safe_one(self, values: Sequence[float], i: int) -> bool:
         """Whether candidate i is safe on a shape (its number_values)."""
@@ -242,9 +243,8 @@ class Selector:
         if rows.any():
             names = [self.spec.inputs[i] for i in self._fields]
             values = frame.loc[rows, names].to_numpy(np.float64)
-            c = known[rows].astype(int).to_numpy()
-            inside = ((values >= self._low[c]) & (values <= self._high[c])).all(axis=1)
-            out[rows] = inside & ~self._reference[c]
+            out[rows] = safe_rows(values, known[rows].astype(int).to_numpy(), self._low,
+                                  self._high, self._reference)
         return out
 
     def frame_costs(self, frame: Any) -> np.ndarray:
