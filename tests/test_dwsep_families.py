@@ -183,11 +183,20 @@ def test_wgmma_serves_one_filter_case_with_whole_16_byte_rows():
     assert "multiple of 8" in wgmma.applicable(three, problem(C=60))
     assert "multiplier 1" in wgmma.applicable(three, problem(multiplier=2))
     p = problem(N=2, C=200, H=15, W=13, K=300, stride=2)  # 2 x 8 x 7 = 112 pixels
-    [launch] = wgmma.launches(instance("dwsep_wgmma", tile_p=64, tile_n=128, stages=3), p)
-    assert launch.grid == (2, 3, 1) and launch.block == (128, 1, 1)
-    assert launch.shared_bytes == 1024 + 128 * (2 * 64 + 3 * 128) + 12 * 64
-    [launch] = wgmma.launches(instance("dwsep_wgmma", tile_p=128, tile_n=256, stages=4), p)
-    assert launch.block == (256, 1, 1) and launch.shared_bytes <= SMEM_OPT_IN
+    [launch] = wgmma.launches(
+        instance("dwsep_wgmma", tile_p=64, tile_n=128, producers=1, stages=2), p)
+    assert launch.grid == (2, 3, 1) and launch.block == (256, 1, 1)  # a consumer, a producer
+    assert launch.shared_bytes == 1024 + 128 * 2 * (64 + 128) + 12 * 64
+    [launch] = wgmma.launches(
+        instance("dwsep_wgmma", tile_p=128, tile_n=256, producers=1, stages=4), p)
+    assert launch.block == (384, 1, 1) and launch.shared_bytes <= SMEM_OPT_IN
+    # 512 output channels: two consumers share the A tile of 64 pixels
+    [launch] = wgmma.launches(
+        instance("dwsep_wgmma", tile_p=64, tile_n=512, producers=1, stages=3), p)
+    assert launch.grid == (2, 1, 1) and launch.block == (384, 1, 1)
+    assert launch.shared_bytes == 1024 + 128 * 3 * (64 + 512) + 12 * 64 <= SMEM_OPT_IN
+    # at most 384 threads: 168 registers each, room for 256 accumulator columns
+    assert max(wgmma.threads(i.settings) for i in instances) == 384
 
 
 @pytest.mark.parametrize("family,settings", [
@@ -198,8 +207,10 @@ def test_wgmma_serves_one_filter_case_with_whole_16_byte_rows():
     ("dwsep_halo", dict(tile_h=2, tile_w=32, tile_n=256, kc=64, tiles=4)),
     ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, tiles=4)),
     ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, c_split=8)),
-    ("dwsep_wgmma", dict(tile_p=128, tile_n=256, stages=4, filter=3)),
-    ("dwsep_wgmma", dict(tile_p=64, tile_n=256, stages=4, filter=0)),
+    ("dwsep_wgmma", dict(tile_p=128, tile_n=256, producers=1, stages=4, filter=3)),
+    ("dwsep_wgmma", dict(tile_p=64, tile_n=256, producers=1, stages=4, filter=0)),
+    ("dwsep_wgmma", dict(tile_p=64, tile_n=512, producers=1, stages=3, filter=3)),
+    ("dwsep_wgmma", dict(tile_p=64, tile_n=128, producers=1, stages=2, filter=3)),  # 2 a SM
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)

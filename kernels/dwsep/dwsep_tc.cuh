@@ -16,7 +16,9 @@
 #endif
 
 #define WARPS (WARPS_M * WARPS_N)
+#ifndef THREADS  // a source with warps beyond the MMA layout (wgmma.cu) defines its own
 #define THREADS (32 * WARPS)
+#endif
 #define WM (TILE_P / WARPS_M)  // a warp's rows (pixels)
 #define WN (TILE_N / WARPS_N)  // a warp's columns (output channels)
 #define MI (WM / 16)

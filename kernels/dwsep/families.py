@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.dwsep.operator import dwsep_params, tensor_args
+from kernels.dwsep.operator import dwsep_params, tensor_args, wgmma_consumers
 from kernels.dwsep.problem import DWSEP_OPERATORS, DwsepProblem
 from kernels.family import Instance, KernelFamily, Launch
 from kernels.registry import register
@@ -343,24 +343,30 @@ class DwsepHalo(DwsepTensorCore):
 
 
 class DwsepWgmma(DwsepFamily):
-    """The wide pairs on Hopper (sm_90a): a warpgroup of 128 threads per 64 of a block's tile_p
-    pixels computes each 64-channel chunk's depthwise values into a swizzled A tile while its
-    wgmma of the previous chunk run; the pointwise weight arrives by cp.async `stages` - 2
-    chunks ahead. Consecutive blocks share a pixel tile (its input stays in L2). Compiled per
-    filter case: `filter` 3 (R = S = 3, the filters in registers) or 0 (any other size).
-    Multiplier 1 and C a multiple of 8; bf16 and fp16; other targets get the compiler's refusal
-    (the source needs sm_90a). Config fields: tile_p, tile_n, warps_m (tile_p / 16), warps_n
-    (1), kc (64), stages, filter."""
+    """The wide pairs on Hopper (sm_90a), warp-specialized: `producers` warpgroups (128
+    threads each) copy each 64-channel chunk's pointwise weight by cp.async and compute its
+    depthwise values into a swizzled A tile, `stages` chunks in flight, while tile_p / 64
+    consumer warpgroups run the wgmma of the chunks ready and hold the accumulators; named
+    barriers hand the stages back and forth. Consecutive blocks share a pixel tile (its input
+    stays in L2). Compiled per filter case: `filter` 3 (R = S = 3, the filters in registers) or
+    0 (any other size). Multiplier 1 and C a multiple of 8; bf16 and fp16; other targets get the
+    compiler's refusal (the source needs sm_90a). Config fields: tile_p, tile_n, producers,
+    warps_m (the consumers' warps: tile_p / 16), warps_n (1), kc (64), stages, filter."""
 
     name = "dwsep_wgmma"
     short = "wgmma"
     source_file = "dwsep/wgmma.cu"
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        return [{"tile_p": tile_p, "tile_n": tile_n, "warps_m": tile_p // 16, "warps_n": 1,
-                 "kc": 64, "stages": stages, "filter": filter_size}
-                for tile_p in (64, 128) for tile_n in (64, 128, 256) for stages in (3, 4)
-                for filter_size in (3, 0)]
+        # at most 384 threads (168 registers each, room for 256 accumulator columns beside
+        # a producer's 72 filter taps) and the shared memory one block may have
+        configs = [{"tile_p": tile_p, "tile_n": tile_n, "producers": producers,
+                    "warps_m": tile_p // 16, "warps_n": 1, "kc": 64, "stages": stages,
+                    "filter": filter_size}
+                   for tile_p in (64, 128) for tile_n in (64, 128, 256, 512)
+                   for producers in (1, 2) for stages in (2, 3, 4) for filter_size in (3, 0)]
+        return [c for c in configs if self.threads(c) <= 384
+                and self.shared_bytes(c, None) <= SMEM_OPT_IN]
 
     def instances(self, operator: str, dtype: str) -> list[Instance]:
         return [] if dtype == "fp32" else super().instances(operator, dtype)
@@ -370,15 +376,15 @@ class DwsepWgmma(DwsepFamily):
         return 3 if p.R == p.S == 3 else 0
 
     def threads(self, c: dict[str, Any]) -> int:
-        return 2 * c["tile_p"]
+        return 128 * (wgmma_consumers(c) + c["producers"])
 
     def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
         return pixel_tiles(c, p), -(-p.K // c["tile_n"])
 
-    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
-        """1 KB to align the tiles, two A tiles and the weight's stages (128 bytes a row), and
-        the rows' descriptors."""
-        return 1024 + 128 * (2 * c["tile_p"] + c["stages"] * c["tile_n"]) + 12 * c["tile_p"]
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem | None) -> int:
+        """1 KB to align the tiles, the stages (an A and a weight tile, 128 bytes a row), and
+        the rows' descriptors (the same for every problem)."""
+        return 1024 + 128 * c["stages"] * (c["tile_p"] + c["tile_n"]) + 12 * c["tile_p"]
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         c = instance.settings

@@ -91,6 +91,12 @@ def tensor_args(p: DwsepProblem, output: str = "y") -> tuple[str, ...]:
     return ("x", "w_dw", "scale", "shift", "w_pw", "b_pw" if p.pw_bias else output, output)
 
 
+def wgmma_consumers(config: Mapping[str, Any]) -> int:
+    """dwsep_wgmma's warpgroups of wgmma: one per 64 pixels and 256 output channels of a
+    block."""
+    return config["tile_p"] // 64 * max(1, config["tile_n"] // 256)
+
+
 class DwsepForward(OperatorSpec):
     name = "dwsep_fwd"
     problem_type = DwsepProblem
@@ -160,12 +166,14 @@ class DwsepForward(OperatorSpec):
         tile_k channels per step; split: the blocks sharing a pixel tile's output channels
         (dwsep_resident's k_blocks; one per channel tile otherwise); c_split: the blocks of a
         cluster dividing the channels (dwsep_stream, dwsep_halo); tiles: the tiles one block
-        walks."""
+        walks. dwsep_wgmma's threads are its consumer and producer warpgroups."""
         nan = float("nan")
         tile_m = float(config["tile_h"] * config["tile_w"] if "tile_h" in config
                        else config.get("tile_p", nan))
         tile_n = float(config.get("tile_n", config.get("tile_k", nan)))
-        if "warps_m" in config:  # the tensor-core families
+        if "producers" in config:  # dwsep_wgmma
+            threads = 128.0 * (wgmma_consumers(config) + config["producers"])
+        elif "warps_m" in config:  # the mma.sync families
             threads = 32.0 * config["warps_m"] * config["warps_n"]
         else:
             threads = tile_m * tile_n / 16
@@ -204,4 +212,4 @@ class DwsepForward(OperatorSpec):
 
 OPERATOR = register_operator(DwsepForward())
 __all__ = ["DwsepForward", "DwsepParams", "OPERATOR", "dwsep_params", "tensor_args",
-           "torch_activation"]
+           "torch_activation", "wgmma_consumers"]

@@ -2,34 +2,46 @@
 // instructions (sm_90a: wgmma.mma_async, fp32 accumulation), for the wide pairs whose
 // pointwise GEMM dominates.
 //
-// A block owns TILE_P consecutive output pixels (n, p, q flattened; one warpgroup of 128
-// threads per 64 of them) and TILE_N output channels. Consecutive blocks take the output-channel
-// tiles of one pixel tile, so its input is read from L2 by all of them. The M*C = C depthwise
-// channels are streamed in chunks of 64 (128 bytes of a 16-bit row: one 128-byte swizzle atom
-// per 8 rows). Per chunk:
-//  - each warpgroup computes the activated depthwise values of its 64 pixels (CUDA cores,
-//    fp32; each thread 4 channels of 8 pixels) into its rows of an A tile, written in the
-//    128-byte-swizzled K-major layout that wgmma reads (no bank conflicts: a row's 16-byte
-//    pieces are permuted by the row);
-//  - the pointwise weight's chunk [TILE_N][64] arrives by cp.async, STAGES - 2 chunks ahead,
-//    in the same layout;
-//  - each warpgroup issues four m64nTILE_Nk16 wgmma on its A rows and the chunk's B and goes
-//    on to the next chunk's depthwise while they run (two A tiles alternate; wait_group 1).
-// The intermediate never leaves the chip. Multiplier 1 and C a multiple of 8.
+// A block owns TILE_P consecutive output pixels (n, p, q flattened) and TILE_N output channels.
+// Consecutive blocks take the output-channel tiles of one pixel tile, so its input is read from
+// L2 by all of them. Its warpgroups (128 threads) have one of two jobs:
+//  - consumers, one per 64 pixels and WG_N (at most 256) output channels of the block: each
+//    issues the m64nWG_Nk16 wgmma of its part and holds its accumulators (registers) to the
+//    epilogue; where TILE_N is 512, two consumers share each A row, so that a depthwise value
+//    serves 512 output channels;
+//  - PRODUCERS producers: per chunk of 64 depthwise channels they copy the pointwise weight's
+//    chunk [TILE_N][64] by cp.async and compute the activated depthwise values of the block's
+//    pixels (CUDA cores, fp32; a thread 8 channels of a row at a time, its 9 taps loaded before
+//    they are used) into an A tile, both in the 128-byte-swizzled K-major layout that wgmma
+//    reads (a row's 16-byte pieces permuted by the row: no bank conflicts).
+// The chunks go round STAGES stages of shared memory: named barriers FULL (producers arrive,
+// consumers wait) and EMPTY (consumers arrive once a stage's wgmma are done, producers wait),
+// so the depthwise of the next chunks runs while the tensor cores work on this one. The
+// intermediate never leaves the chip. Multiplier 1 and C a multiple of 8.
 //
-// Dynamic shared memory (dwsep/families.py): 1024 (alignment) + 2 * TILE_P * 128 + STAGES *
-// TILE_N * 128 bytes, and TILE_P row descriptors. Macros: TILE_P (64 or 128), TILE_N (64, 128
-// or 256), STAGES (at least 3), WARPS_M = TILE_P / 16 and WARPS_N = 1 (the threads: 32 *
-// WARPS_M), KC = 64, and FILTER (3: R = S = 3, filters held in registers; 0: any size, the
-// filters read through the cache per tap).
-#define OCC 1
+// Dynamic shared memory (dwsep/families.py): 1024 (alignment) + STAGES * (TILE_P + TILE_N) *
+// 128 bytes, and TILE_P row descriptors. Macros: TILE_P (64 or 128), TILE_N (64, 128, 256 or
+// 512), STAGES (2 to 4), PRODUCERS (1 or 2), WARPS_M = TILE_P / 16 and WARPS_N = 1, KC = 64,
+// and FILTER (3: R = S = 3, filters held in registers; 0: any size, the filters read through
+// the cache per tap).
+#define WG_N (TILE_N > 256 ? 256 : TILE_N)
+#define M_GROUPS (TILE_P / 64)
+#define CONSUMERS (M_GROUPS * (TILE_N / WG_N))
+#define THREADS (128 * (CONSUMERS + PRODUCERS))
+#define PRODUCER_THREADS (128 * PRODUCERS)
 #include "dwsep_tc.cuh"
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "dwsep_wgmma needs sm_90a (wgmma.mma_async)"
 #endif
-#if KC != 64 || WARPS_N != 1 || WARPS_M * 16 != TILE_P || TILE_P % 64 != 0 || STAGES < 3
-#error "dwsep_wgmma: KC = 64, WARPS_N = 1, WARPS_M = TILE_P / 16, TILE_P a multiple of 64, STAGES >= 3"
+#if KC != 64 || WARPS_N != 1 || WARPS_M * 16 != TILE_P || TILE_P % 64 != 0 || STAGES < 2 || \
+    STAGES > 7 || PRODUCERS < 1
+#error "dwsep_wgmma: KC = 64, WARPS_N = 1, WARPS_M = TILE_P / 16, TILE_P a multiple of 64, 2 <= STAGES <= 7, PRODUCERS >= 1"
 #endif
+// Up to 2 blocks a multiprocessor where their registers allow (no 256-column accumulators,
+// no 3x3 filter taps held in registers).
+#define MIN_BLOCKS ((THREADS <= 256 && WG_N <= 128 && FILTER == 0) ? 2 : 1)
+#define FULL_BARRIER 1                    // ids 1 .. STAGES (0 is __syncthreads)
+#define EMPTY_BARRIER (1 + STAGES)        // ids STAGES + 1 .. 2 STAGES
 
 #if FARM_DTYPE == 2
 #define WGMMA_AB "bf16.bf16"
@@ -64,13 +76,20 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Named barriers over all THREADS: some warps arrive, the others wait.
+__device__ __forceinline__ void barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+__device__ __forceinline__ void barrier_wait(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
 template <int N>
 __device__ __forceinline__ void keep_in_registers(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-#if TILE_N == 64
+#if WG_N == 64
 // D[64 x 64] (+)= A[64 x 16] * B[64 x 16]^T, both K-major in shared memory (SW128).
 __device__ __forceinline__ void wgmma_k16(float (&d)[32], u64 da, u64 db) {
   asm volatile(
@@ -86,7 +105,7 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[32], u64 da, u64 db) {
       : "l"(da), "l"(db), "r"(1));
 }
 #endif
-#if TILE_N == 128
+#if WG_N == 128
 // D[64 x 128] (+)= A[64 x 16] * B[128 x 16]^T, both K-major in shared memory (SW128).
 __device__ __forceinline__ void wgmma_k16(float (&d)[64], u64 da, u64 db) {
   asm volatile(
@@ -108,7 +127,7 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[64], u64 da, u64 db) {
       : "l"(da), "l"(db), "r"(1));
 }
 #endif
-#if TILE_N == 256
+#if WG_N == 256
 // D[64 x 256] (+)= A[64 x 16] * B[256 x 16]^T, both K-major in shared memory (SW128).
 __device__ __forceinline__ void wgmma_k16(float (&d)[128], u64 da, u64 db) {
   asm volatile(
@@ -144,113 +163,146 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[128], u64 da, u64 db) {
 #endif
 
 
-// Four channels as fp32 from 4 x 16 bits.
-__device__ __forceinline__ void unpack4(uint2 v, float (&f)[4]) {
+// Eight channels as fp32 from 8 x 16 bits.
+__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
   unpack_pair(v.x, f[0], f[1]);
   unpack_pair(v.y, f[2], f[3]);
+  unpack_pair(v.z, f[4], f[5]);
+  unpack_pair(v.w, f[6], f[7]);
 }
 
-// The activated depthwise values of this warpgroup's 64 rows (first: the first of them) for
-// channels [j0, j0 + 64) into the swizzled A tile `a`: thread t of the warpgroup computes
-// channels j0 + 4 * (t % 16) .. + 3 for rows t / 16, + 8, ..., + 56; zeros past MC.
-__device__ __forceinline__ void fill_chunk(unsigned char* a, int first, const RowTaps* rows,
+// The activation on 8 values, one branch for all of them.
+__device__ __forceinline__ void activate8(float (&o)[8], int activation) {
+  switch (activation) {
+#define DWSEP_EACH(CASE) \
+  case CASE:             \
+    _Pragma("unroll") for (int e = 0; e < 8; ++e) o[e] = dwsep_activate(o[e], CASE); break;
+    DWSEP_EACH(DWSEP_RELU)
+    DWSEP_EACH(DWSEP_RELU6)
+    DWSEP_EACH(DWSEP_SILU)
+    DWSEP_EACH(DWSEP_HARDSWISH)
+#undef DWSEP_EACH
+    default: break;
+  }
+}
+
+// The activated depthwise values of the block's TILE_P rows for channels [j0, j0 + 64) into
+// the swizzled A tile `a`: producer thread t computes channels j0 + 8 * (t % 8) .. + 7 (one
+// 16-byte piece of a row) for rows t / 8, + PRODUCER_THREADS / 8, ...; zeros past MC.
+__device__ __forceinline__ void fill_chunk(unsigned char* a, int t, const RowTaps* rows,
                                            const elem_t* __restrict__ x,
                                            const elem_t* __restrict__ w_dw,
                                            const elem_t* __restrict__ scale,
                                            const elem_t* __restrict__ shift,
                                            const DwsepParams& p, int j0) {
-  const int t = threadIdx.x & 127, quad = t & 15, pr = t >> 4;
-  const int j = j0 + 4 * quad;
-  const bool live = j < p.MC;  // MC is a multiple of 8: the quad is whole or absent
-  const int wc = p.W * p.C;
-  float sc[4], sh[4];
+  const int piece = t & 7, pr = t >> 3;
+  constexpr int row_step = PRODUCER_THREADS / 8, passes = TILE_P / row_step;
+  const int j = j0 + 8 * piece;
+  const bool live = j < p.MC;  // MC is a multiple of 8: the piece is whole or absent
+  float sc[8], sh[8];
 #if FILTER == 3
-  float f[9][4];
+  float f[9][8];
 #endif
   if (live) {
-    const uint2 s4 = __ldg(reinterpret_cast<const uint2*>(scale + j));
-    const uint2 h4 = __ldg(reinterpret_cast<const uint2*>(shift + j));
-    unpack4(s4, sc);
-    unpack4(h4, sh);
+    unpack8(__ldg(reinterpret_cast<const uint4*>(scale + j)), sc);
+    unpack8(__ldg(reinterpret_cast<const uint4*>(shift + j)), sh);
 #if FILTER == 3
-    // channels j .. j + 3: 36 consecutive 16-bit taps, 8-byte aligned (j is a multiple of 4)
-    const uint2* g = reinterpret_cast<const uint2*>(w_dw + j * 9);
+    // channels j .. j + 7: 72 consecutive 16-bit taps, 16-byte aligned (j is a multiple of 8)
+    const uint4* g = reinterpret_cast<const uint4*>(w_dw + j * 9);
 #pragma unroll
     for (int i = 0; i < 9; ++i) {
-      float v[4];
-      unpack4(__ldg(g + i), v);
+      float v[8];
+      unpack8(__ldg(g + i), v);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) f[(4 * i + e) % 9][(4 * i + e) / 9] = v[e];
+      for (int e = 0; e < 8; ++e) f[(8 * i + e) % 9][(8 * i + e) / 9] = v[e];
     }
 #endif
   } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) sc[e] = sh[e] = 0.0f;
+    for (int e = 0; e < 8; ++e) sc[e] = sh[e] = 0.0f;
 #if FILTER == 3
 #pragma unroll
     for (int i = 0; i < 9; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) f[i][e] = 0.0f;
+      for (int e = 0; e < 8; ++e) f[i][e] = 0.0f;
 #endif
   }
-  const elem_t* xj = x + j;
-  const int piece = quad >> 1, half = (quad & 1) * 8;
+  const int wc = p.W * p.C;
 #pragma unroll 2
-  for (int i = 0; i < 8; ++i) {
-    const int row = first + pr + 8 * i;
+  for (int i = 0; i < passes; ++i) {
+    const int row = pr + row_step * i;
     const RowTaps tap0 = rows[row];
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float d[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) d[e] = 0.0f;
     if (live) {
+      const elem_t* base = x + tap0.offset + j;  // the window's top-left tap, maybe outside x
 #if FILTER == 3
+      uint4 v[9];  // the 9 taps' loads first, then their products
 #pragma unroll
       for (int r = 0; r < 3; ++r) {
         const bool row_in = (unsigned)(tap0.h0 + r) < (unsigned)p.H;
 #pragma unroll
         for (int s = 0; s < 3; ++s) {
-          if (!row_in || (unsigned)(tap0.w0 + s) >= (unsigned)p.W) continue;
-          float v[4];
-          unpack4(__ldg(reinterpret_cast<const uint2*>(xj + tap0.offset + r * wc + s * p.C)), v);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) d[e] = fmaf(v[e], f[r * 3 + s][e], d[e]);
+          const bool in = row_in && (unsigned)(tap0.w0 + s) < (unsigned)p.W;
+          v[3 * r + s] = in ? __ldg(reinterpret_cast<const uint4*>(base + r * wc + s * p.C))
+                            : make_uint4(0u, 0u, 0u, 0u);
         }
       }
+#pragma unroll
+      for (int k = 0; k < 9; ++k) {
+        float u[8];
+        unpack8(v[k], u);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d[e] = fmaf(u[e], f[k][e], d[e]);
+      }
 #else
+      const int rs = p.R * p.S;
       for (int r = 0; r < p.R; ++r) {
         if ((unsigned)(tap0.h0 + r) >= (unsigned)p.H) continue;
         for (int s = 0; s < p.S; ++s) {
           if ((unsigned)(tap0.w0 + s) >= (unsigned)p.W) continue;
-          float v[4];
-          unpack4(__ldg(reinterpret_cast<const uint2*>(xj + tap0.offset + r * wc + s * p.C)), v);
-          const int rs = p.R * p.S;
+          float u[8];
+          unpack8(__ldg(reinterpret_cast<const uint4*>(base + r * wc + s * p.C)), u);
           const elem_t* g = w_dw + j * rs + r * p.S + s;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) d[e] = fmaf(v[e], to_float(__ldg(g + e * rs)), d[e]);
+          for (int e = 0; e < 8; ++e) d[e] = fmaf(u[e], to_float(__ldg(g + e * rs)), d[e]);
         }
       }
 #endif
     }
-    float v[4];
+    float o[8];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = dwsep_activate(d[e] * sc[e] + sh[e], p.activation);
-    const uint2 out = live ? make_uint2(pack_pair(v[0], v[1]), pack_pair(v[2], v[3]))
-                           : make_uint2(0u, 0u);
-    *reinterpret_cast<uint2*>(a + sw128_offset(row, piece) + half) = out;
+    for (int e = 0; e < 8; ++e) o[e] = d[e] * sc[e] + sh[e];
+    activate8(o, p.activation);
+    const uint4 out = live ? make_uint4(pack_pair(o[0], o[1]), pack_pair(o[2], o[3]),
+                                        pack_pair(o[4], o[5]), pack_pair(o[6], o[7]))
+                           : make_uint4(0u, 0u, 0u, 0u);
+    *reinterpret_cast<uint4*>(a + sw128_offset(row, piece)) = out;
   }
 }
 
 // The pointwise weight's rows [k0, k0 + TILE_N), channels [j0, j0 + 64) into a swizzled B
-// stage by 16-byte cp.async (MC is a multiple of 8); zeros past K and MC.
+// stage by 16-byte cp.async from producer thread t (MC is a multiple of 8); zeros past K and MC.
 __device__ __forceinline__ void load_weight(unsigned char* b, const elem_t* __restrict__ w_pw,
-                                            const DwsepParams& p, int k0, int j0) {
-  for (int e = threadIdx.x; e < TILE_N * 8; e += THREADS) {
-    const int row = e >> 3, piece = e & 7;
-    const int k = k0 + row, j = j0 + piece * 8;
-    const bool valid = k < p.K && j < p.MC;
-    cp_async16(b + sw128_offset(row, piece), valid ? w_pw + (long)k * p.MC + j : w_pw, valid);
+                                            const DwsepParams& p, int k0, int j0, int t) {
+  // a thread's piece is the same in every row it copies, and so is the row's swizzle (the rows
+  // step by PRODUCER_THREADS / 8, a multiple of 8)
+  const int piece = t & 7, j = j0 + piece * 8;
+  const bool j_in = j < p.MC;
+  const int first = t >> 3;
+  unsigned char* dst = b + sw128_offset(first, piece);
+  const elem_t* src = w_pw + (long)(k0 + first) * p.MC + j;
+  constexpr int rows_step = PRODUCER_THREADS / 8;
+  const long src_step = (long)rows_step * p.MC;
+#pragma unroll 4
+  for (int i = 0; i < TILE_N / rows_step; ++i) {
+    const bool valid = j_in && k0 + first + i * rows_step < p.K;
+    cp_async16(dst + i * rows_step * ROW_BYTES, valid ? src + i * src_step : w_pw, valid);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 dwsep_wgmma(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
             const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
             const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
@@ -261,9 +313,10 @@ dwsep_wgmma(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
 #endif
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 raw = smem_u32(smem_raw);
-  unsigned char* a_tiles = smem_raw + (((raw + 1023u) & ~1023u) - raw);  // [2][TILE_P][128 B]
-  unsigned char* b_tiles = a_tiles + 2 * TILE_P * ROW_BYTES;            // [STAGES][TILE_N][128 B]
-  RowTaps* rows = reinterpret_cast<RowTaps*>(b_tiles + STAGES * TILE_N * ROW_BYTES);
+  // [STAGES][A: TILE_P rows | B: TILE_N rows] of 128 bytes, each tile 1024-byte aligned
+  unsigned char* stages = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  constexpr int STAGE_BYTES = (TILE_P + TILE_N) * ROW_BYTES;
+  RowTaps* rows = reinterpret_cast<RowTaps*>(stages + STAGES * STAGE_BYTES);
 
   const int k_tiles = (p.K + TILE_N - 1) / TILE_N;
   const int linear = blockIdx.y * gridDim.x + blockIdx.x;
@@ -272,39 +325,45 @@ dwsep_wgmma(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   const int chunks = (p.MC + 63) / 64;
   const int wg = threadIdx.x >> 7;
 
-#pragma unroll
-  for (int s = 0; s < STAGES - 2; ++s) {
-    if (s < chunks) load_weight(b_tiles + s * TILE_N * ROW_BYTES, w_pw, p, k0, s * 64);
-    cp_async_commit();
-  }
   rows_of(rows, p, pix0);
   __syncthreads();
 
-  float acc[TILE_N / 2];
+  if (wg >= CONSUMERS) {  // a producer: weight copies and the depthwise, chunk after chunk
+    const int t = threadIdx.x - 128 * CONSUMERS;
+    for (int c = 0; c < chunks; ++c) {
+      const int s = c % STAGES;
+      if (c >= STAGES) barrier_wait(EMPTY_BARRIER + s);  // chunk c - STAGES's wgmma done
+      unsigned char* a = stages + s * STAGE_BYTES;
+      load_weight(a + TILE_P * ROW_BYTES, w_pw, p, k0, c * 64, t);
+      cp_async_commit();
+      fill_chunk(a, t, rows, x, w_dw, scale, shift, p, c * 64);
+      cp_async_wait<0>();
+      fence_proxy_async();  // this thread's stores and copies, visible to wgmma
+      barrier_arrive(FULL_BARRIER + s);
+    }
+    return;
+  }
+
+  const int m_group = wg % M_GROUPS, n_group = wg / M_GROUPS;  // this consumer's part
+  float acc[WG_N / 2];
 #pragma unroll
-  for (int i = 0; i < TILE_N / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
   keep_in_registers(acc);  // nothing but wgmma touches them until the last wait
   for (int c = 0; c < chunks; ++c) {
-    unsigned char* a = a_tiles + (c & 1) * TILE_P * ROW_BYTES;
-    fill_chunk(a, 64 * wg, rows, x, w_dw, scale, shift, p, c * 64);
-    cp_async_wait<STAGES - 3>();  // chunk c's weight (this thread's copies)
-    fence_proxy_async();
-    __syncthreads();  // A and chunk c's weight visible; every wgmma up to chunk c - 2 done
-    if (c + STAGES - 2 < chunks)
-      load_weight(b_tiles + ((c + STAGES - 2) % STAGES) * TILE_N * ROW_BYTES, w_pw, p, k0,
-                  (c + STAGES - 2) * 64);
-    cp_async_commit();
-    const u64 da = sw128_desc(a + 64 * wg * ROW_BYTES);
-    const u64 db = sw128_desc(b_tiles + (c % STAGES) * TILE_N * ROW_BYTES);
+    const int s = c % STAGES;
+    unsigned char* a = stages + s * STAGE_BYTES;
+    barrier_wait(FULL_BARRIER + s);
+    const u64 da = sw128_desc(a + 64 * m_group * ROW_BYTES);
+    const u64 db = sw128_desc(a + (TILE_P + WG_N * n_group) * ROW_BYTES);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wgmma_k16(acc, da + 2 * kk, db + 2 * kk);  // 32 bytes a step
     wgmma_commit();
-    wgmma_wait<1>();  // chunk c - 1's done: its A tile is this warpgroup's to fill again
+    wgmma_wait<1>();  // chunk c - 1's done: its stage goes back to the producers
+    if (c >= 1 && c - 1 + STAGES < chunks) barrier_arrive(EMPTY_BARRIER + (c - 1) % STAGES);
   }
   wgmma_wait<0>();
   keep_in_registers(acc);
-  cp_async_wait<0>();
 
   // The accumulators: warp w of the warpgroup holds rows 16 w .. 16 w + 15; per 8 columns n,
   // acc[4n .. 4n + 1] at (lane / 4, 2 (lane % 4) + {0, 1}) and acc[4n + 2 .. 4n + 3] 8 rows on.
@@ -312,12 +371,12 @@ dwsep_wgmma(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   const bool pairs = p.K % 2 == 0;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int pix = pix0 + 64 * wg + 16 * warp + (lane >> 2) + 8 * half;
+    const int pix = pix0 + 64 * m_group + 16 * warp + (lane >> 2) + 8 * half;
     if (pix >= pixels) continue;
     elem_t* out = y + (long)pix * p.K;
 #pragma unroll
-    for (int n = 0; n < TILE_N / 8; ++n) {
-      const int k = k0 + 8 * n + 2 * (lane & 3);
+    for (int n = 0; n < WG_N / 8; ++n) {
+      const int k = k0 + WG_N * n_group + 8 * n + 2 * (lane & 3);
       if (k >= p.K) continue;
       float v0 = acc[4 * n + 2 * half], v1 = acc[4 * n + 2 * half + 1];
       if (p.pw_bias) {
