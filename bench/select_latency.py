@@ -12,7 +12,7 @@ alike (they differ only where the guard of this checkout reorders a choice). Wri
 bench/results/select_latency.json (--name, --out).
 
 Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
-           [--ops conv2d_fwd ...] [--baseline-rev 9ab08c5]
+           [--ops conv2d_fwd ...] [--baseline-rev 9ab08c5 [--baseline-file cexport.py]]
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CURRENT = "this checkout"
 
 
-def generator_at(rev: str, folder: Path):
-    """farm/select/cexport.py as it was at `rev`, imported as a module of its own."""
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:farm/select/cexport.py"],
-                          check=True, capture_output=True, text=True).stdout
+def generator_at(rev: str, folder: Path, text: str | None = None):
+    """farm/select/cexport.py as it was at `rev` (or `text`, its source, where the checkout
+    has no history), imported as a module of its own."""
+    if text is None:
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:farm/select/cexport.py"],
+                              check=True, capture_output=True, text=True).stdout
     path = folder / f"cexport_{rev}.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location(f"cexport_{rev}", path)
@@ -81,6 +83,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--baseline-rev", default=None, metavar="REV",
                         help="also time the C export that REV's generator writes")
+    parser.add_argument("--baseline-file", type=Path, default=None, metavar="PY",
+                        help="REV's farm/select/cexport.py, saved (a copy without git history)")
     parser.add_argument("--rounds", type=int, default=TrainConfig.rounds)
     parser.add_argument("--learning-rate", type=float, default=TrainConfig.learning_rate)
     parser.add_argument("--keep-within", type=float, default=None)
@@ -98,7 +102,8 @@ def main() -> None:
                                 "keep_within": args.keep_within}}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        old = generator_at(args.baseline_rev, folder) if args.baseline_rev else None
+        old = (generator_at(args.baseline_rev, folder, args.baseline_file.read_text()
+                            if args.baseline_file else None) if args.baseline_rev else None)
         resources = no_resources if args.no_resources else compile_cache_resources(args.arch)
         store = open_store(f"sqlite:///{folder / 'recording.db'}")
         from farm.recording import import_recording
