@@ -83,3 +83,19 @@ def test_every_recorded_vendor_row_still_replays(name):
     stale = vendor[[current[(r.operator, r.dtype)].source_hash != r.source_hash
                     for r in vendor.itertuples()]]
     assert stale.empty, f"{len(stale)} vendor rows would replay as not_recorded"
+
+
+@pytest.mark.parametrize("path", sorted(RECORDINGS_DIR.glob("*.parquet")), ids=lambda p: p.name)
+def test_every_shipped_recording_row_is_of_the_current_source(path):
+    """A kernel source changed without its pairs measured again would replay as not_recorded
+    (and `farm demo` would crown whatever family is left): every row's instance still exists
+    with the recorded source hash and kernel key."""
+    frame = read_recording(path).frame
+    kernels = frame.drop_duplicates(["family", "instance", "operator", "dtype"])
+    stale = []
+    for (family, operator, dtype), rows in kernels.groupby(["family", "operator", "dtype"]):
+        current = {i.name: i for i in get_family(family).instances(operator, dtype)}
+        stale += [r.instance for r in rows.itertuples()
+                  if r.instance not in current or current[r.instance].source_hash
+                  != r.source_hash or current[r.instance].key != r.kernel_key]
+    assert not stale, f"{len(stale)} instances recorded from another source, e.g. {stale[:3]}"
