@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import math
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,22 @@ class Tolerance:
 
     rel_l2: float
     rel_max: float
+
+
+def distinct_shapes(count: int, seed: int,
+                    draw: Callable[[random.Random], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """`count` distinct shapes from `draw(rng)` (None: a draw to throw away), in the order first
+    drawn; fewer only if 50 * count draws do not find them. The same (count, seed, draw)
+    always gives the same shapes."""
+    rng = random.Random(seed)
+    shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for _ in range(50 * count):
+        if len(shapes) >= count:
+            break
+        shape = draw(rng)
+        if shape is not None:
+            shapes.setdefault(tuple(shape.values()), shape)
+    return list(shapes.values())
 
 
 def tolerance_for(dtype: str, reduction_length: int) -> Tolerance:

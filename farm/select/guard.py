@@ -86,16 +86,14 @@ def head_length(reference: Sequence[bool], depth: int) -> int:
 
 
 def guarded_order(order: Sequence[int], safe: Sequence[bool], depth: int,
-                  reference: Sequence[bool] | None = None) -> list[int]:
-    """`order` (best first) with its head (head_length of the entries' `reference` flags, the
-    first `depth` where none are given) stably sorted: safe ones, then the other families'
-    unsafe ones, then the reference families'. `safe` and `reference` hold one flag per entry
-    of the head at least."""
+                  reference: Sequence[bool]) -> list[int]:
+    """`order` (best first) with its head (head_length of the entries' `reference` flags)
+    stably sorted: safe ones, then the other families' unsafe ones, then the reference
+    families'. `safe` and `reference` hold one flag per entry of the head at least."""
     if depth <= 1:
         return list(order)
-    end = head_length(reference, depth) if reference is not None else min(depth, len(order))
-    refs = list(reference[:end]) if reference is not None else [False] * end
-    rank = [0 if s else (2 if r else 1) for s, r in zip(safe[:end], refs)]
+    end = head_length(reference, depth)
+    rank = [0 if s else (2 if r else 1) for s, r in zip(safe[:end], reference[:end])]
     head = [c for _, _, c in sorted(zip(rank, range(end), order[:end]))]
     return head + list(order[end:])
 

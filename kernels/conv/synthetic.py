@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 
+from kernels.operator import distinct_shapes
+
 _CHANNELS = (8, 16, 24, 32, 40, 48, 64, 72, 96, 120, 128, 144, 160, 192, 240, 256, 320, 384,
              480, 512, 576, 672, 768, 960, 1024, 1280, 1536, 2048)
 _SPATIAL = (1, 3, 7, 8, 13, 14, 16, 27, 28, 32, 55, 56, 64, 112)
@@ -32,30 +34,28 @@ def _groups(rng: random.Random, c: int) -> int:
 
 def synthetic_shapes(count: int, seed: int = 0) -> list[dict[str, int]]:
     """`count` distinct valid shapes (fewer only if the space is exhausted first)."""
-    rng = random.Random(seed)
-    shapes: dict[tuple[int, ...], dict[str, int]] = {}
-    attempts = 0
-    while len(shapes) < count and attempts < 50 * count:
-        attempts += 1
-        c = rng.choice(_CHANNELS)
-        g = _groups(rng, c)
-        k = c if g == c else rng.choice([x for x in _CHANNELS if x % g == 0] or [c])
-        r = rng.choice((1, 1, 3, 3, 3, 5, 7))
-        dil = 2 if r > 1 and rng.random() < 0.15 else 1
-        stride = 2 if rng.random() < 0.25 else 1
-        h = rng.choice(_SPATIAL)
-        reach = dil * (r - 1) + 1
-        if h + 2 * (reach // 2) < reach:
-            continue
-        n = rng.choice(_BATCH)
-        macs = n * k * (c // g) * r * r * (h // stride) ** 2
-        if n * h * h * max(c, k) > _MAX_ELEMENTS or macs > _MAX_MACS:
-            continue
-        shape = {"N": n, "C": c, "K": k, "G": g, "H": h, "W": h, "R": r,
-                 "S": r, "stride_h": stride, "stride_w": stride, "pad_h": reach // 2,
-                 "pad_w": reach // 2, "dil_h": dil, "dil_w": dil}
-        shapes.setdefault(tuple(shape.values()), shape)
-    return list(shapes.values())
+    return distinct_shapes(count, seed, _synthetic_draw)
+
+
+def _synthetic_draw(rng: random.Random) -> dict[str, int] | None:
+    """One shape of synthetic_shapes' space; None where it is not valid."""
+    c = rng.choice(_CHANNELS)
+    g = _groups(rng, c)
+    k = c if g == c else rng.choice([x for x in _CHANNELS if x % g == 0] or [c])
+    r = rng.choice((1, 1, 3, 3, 3, 5, 7))
+    dil = 2 if r > 1 and rng.random() < 0.15 else 1
+    stride = 2 if rng.random() < 0.25 else 1
+    h = rng.choice(_SPATIAL)
+    reach = dil * (r - 1) + 1
+    if h + 2 * (reach // 2) < reach:
+        return None
+    n = rng.choice(_BATCH)
+    macs = n * k * (c // g) * r * r * (h // stride) ** 2
+    if n * h * h * max(c, k) > _MAX_ELEMENTS or macs > _MAX_MACS:
+        return None
+    return {"N": n, "C": c, "K": k, "G": g, "H": h, "W": h, "R": r, "S": r,
+            "stride_h": stride, "stride_w": stride, "pad_h": reach // 2, "pad_w": reach // 2,
+            "dil_h": dil, "dil_w": dil}
 
 
 # The wider space of coverage_shapes: filters to 11x11, dilations to 3, stride 4, every group
@@ -74,36 +74,34 @@ def coverage_shapes(count: int, seed: int = 0) -> list[dict[str, int]]:
     (even sizes too, and now and then R != S), dilation 1 to 3, stride 1, 2 or 4; maps of 1 to
     224 pixels a side, not always square; batch 1 to 64. For training that covers the space
     and for active sampling's pool; the same (count, seed) always gives the same shapes."""
-    rng = random.Random(seed)
-    shapes: dict[tuple[int, ...], dict[str, int]] = {}
-    attempts = 0
-    while len(shapes) < count and attempts < 50 * count:
-        attempts += 1
-        c = rng.choice(_COVER_CHANNELS)
-        kind = rng.choice(("dense", "grouped", "grouped", "depthwise"))
-        if kind == "depthwise":
-            g, k = c, c * rng.choice((1, 1, 2, 4))
-        else:
-            widths = [w for w in _COVER_WIDTHS if c % w == 0 and w < c]
-            g = c // rng.choice(widths) if kind == "grouped" and widths else 1
-            k = rng.choice([x for x in _COVER_CHANNELS if x % g == 0] or [c])
-        r = rng.choice(_COVER_FILTERS)
-        s = r if rng.random() < 0.85 else rng.choice(_COVER_FILTERS)
-        dil = rng.choice((2, 3)) if max(r, s) > 1 and rng.random() < 0.15 else 1
-        stride = rng.choice((1, 1, 1, 2, 2, 4))
-        h = rng.choice(_COVER_SPATIAL)
-        w = h if rng.random() < 0.8 else rng.choice(_COVER_SPATIAL)
-        reach_h, reach_w = dil * (r - 1) + 1, dil * (s - 1) + 1
-        pad_h, pad_w = reach_h // 2, reach_w // 2
-        if h + 2 * pad_h < reach_h or w + 2 * pad_w < reach_w:
-            continue
-        p, q = (h + 2 * pad_h - reach_h) // stride + 1, (w + 2 * pad_w - reach_w) // stride + 1
-        n = rng.choice(_BATCH)
-        macs = n * k * (c // g) * r * s * p * q
-        if n * h * w * c > _MAX_ELEMENTS or n * p * q * k > _MAX_ELEMENTS or macs > _MAX_MACS:
-            continue
-        shape = {"N": n, "C": c, "K": k, "G": g, "H": h, "W": w, "R": r, "S": s,
-                 "stride_h": stride, "stride_w": stride, "pad_h": pad_h, "pad_w": pad_w,
-                 "dil_h": dil, "dil_w": dil}
-        shapes.setdefault(tuple(shape.values()), shape)
-    return list(shapes.values())
+    return distinct_shapes(count, seed, _coverage_draw)
+
+
+def _coverage_draw(rng: random.Random) -> dict[str, int] | None:
+    """One shape of coverage_shapes' space; None where it is not valid."""
+    c = rng.choice(_COVER_CHANNELS)
+    kind = rng.choice(("dense", "grouped", "grouped", "depthwise"))
+    if kind == "depthwise":
+        g, k = c, c * rng.choice((1, 1, 2, 4))
+    else:
+        widths = [w for w in _COVER_WIDTHS if c % w == 0 and w < c]
+        g = c // rng.choice(widths) if kind == "grouped" and widths else 1
+        k = rng.choice([x for x in _COVER_CHANNELS if x % g == 0] or [c])
+    r = rng.choice(_COVER_FILTERS)
+    s = r if rng.random() < 0.85 else rng.choice(_COVER_FILTERS)
+    dil = rng.choice((2, 3)) if max(r, s) > 1 and rng.random() < 0.15 else 1
+    stride = rng.choice((1, 1, 1, 2, 2, 4))
+    h = rng.choice(_COVER_SPATIAL)
+    w = h if rng.random() < 0.8 else rng.choice(_COVER_SPATIAL)
+    reach_h, reach_w = dil * (r - 1) + 1, dil * (s - 1) + 1
+    pad_h, pad_w = reach_h // 2, reach_w // 2
+    if h + 2 * pad_h < reach_h or w + 2 * pad_w < reach_w:
+        return None
+    p, q = (h + 2 * pad_h - reach_h) // stride + 1, (w + 2 * pad_w - reach_w) // stride + 1
+    n = rng.choice(_BATCH)
+    macs = n * k * (c // g) * r * s * p * q
+    if n * h * w * c > _MAX_ELEMENTS or n * p * q * k > _MAX_ELEMENTS or macs > _MAX_MACS:
+        return None
+    return {"N": n, "C": c, "K": k, "G": g, "H": h, "W": w, "R": r, "S": s,
+            "stride_h": stride, "stride_w": stride, "pad_h": pad_h, "pad_w": pad_w,
+            "dil_h": dil, "dil_w": dil}

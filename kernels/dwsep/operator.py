@@ -12,7 +12,7 @@ from typing import Any
 
 from kernels.dwsep.problem import DWSEP_ACTIVATIONS, DwsepProblem
 from kernels.family import Launch, grid_stride_blocks
-from kernels.operator import OperatorSpec, Tensor, VendorCall
+from kernels.operator import OperatorSpec, Tensor, VendorCall, distinct_shapes
 from kernels.registry import register_operator
 
 NETWORKS_DIR = Path(__file__).resolve().parents[2] / "jobs" / "networks" / "dwsep"
@@ -91,6 +91,28 @@ def tensor_args(p: DwsepProblem, output: str = "y") -> tuple[str, ...]:
     return ("x", "w_dw", "scale", "shift", "w_pw", "b_pw" if p.pw_bias else output, output)
 
 
+_CHANNELS = (8, 16, 24, 32, 40, 48, 64, 72, 96, 120, 144, 160, 192, 240, 256, 320, 384, 480,
+             512, 576, 672, 728, 960, 1024, 1280, 1536, 2048)
+_SPATIAL = (1, 3, 7, 10, 14, 19, 28, 37, 56, 74, 112)
+
+
+def _synthetic_draw(rng: random.Random) -> dict[str, Any] | None:
+    """One block of DwsepForward.synthetic_shapes' space; None where it is not valid."""
+    c, k = rng.choice(_CHANNELS), rng.choice(_CHANNELS)
+    r = rng.choice((3, 3, 3, 5, 5, 7))
+    h = rng.choice(_SPATIAL)
+    n = rng.choice((1, 2, 4, 8, 16, 32))
+    stride = 2 if rng.random() < 0.25 else 1
+    m = 2 if rng.random() < 0.1 else 1
+    shape = {"N": n, "C": c, "H": h, "W": h, "K": k, "R": r, "S": r,
+             "stride": stride, "pad": (r - 1) // 2, "multiplier": m,
+             "activation": rng.choice(DWSEP_ACTIVATIONS), "pw_bias": int(rng.random() < 0.3)}
+    p = h // stride
+    if n * h * h * c > 2**26 or n * p * p * max(k, m * c) > 2**26 or h + 2 * shape["pad"] < r:
+        return None
+    return shape
+
+
 def wgmma_consumers(config: Mapping[str, Any]) -> int:
     """dwsep_wgmma's warpgroups of wgmma: one per 64 pixels and 256 output channels of a
     block."""
@@ -133,30 +155,7 @@ class DwsepForward(OperatorSpec):
         """Depthwise-separable blocks as networks build them: C 8 to 2,048, K 8 to 2,048,
         3x3 to 7x7 filters, stride 1 or 2, multiplier 1 (now and then 2), 1x1 to 112x112 maps,
         batch 1 to 32; each problem under a few hundred MB."""
-        rng = random.Random(seed)
-        channels = (8, 16, 24, 32, 40, 48, 64, 72, 96, 120, 144, 160, 192, 240, 256, 320,
-                    384, 480, 512, 576, 672, 728, 960, 1024, 1280, 1536, 2048)
-        spatial = (1, 3, 7, 10, 14, 19, 28, 37, 56, 74, 112)
-        found: dict[tuple, dict[str, Any]] = {}
-        attempts = 0
-        while len(found) < count and attempts < 50 * count:
-            attempts += 1
-            c, k = rng.choice(channels), rng.choice(channels)
-            r = rng.choice((3, 3, 3, 5, 5, 7))
-            h = rng.choice(spatial)
-            n = rng.choice((1, 2, 4, 8, 16, 32))
-            stride = 2 if rng.random() < 0.25 else 1
-            m = 2 if rng.random() < 0.1 else 1
-            shape = {"N": n, "C": c, "H": h, "W": h, "K": k, "R": r, "S": r,
-                     "stride": stride, "pad": (r - 1) // 2, "multiplier": m,
-                     "activation": rng.choice(DWSEP_ACTIVATIONS),
-                     "pw_bias": int(rng.random() < 0.3)}
-            p = h // stride
-            if n * h * h * c > 2**26 or n * p * p * max(k, m * c) > 2**26 or \
-                    h + 2 * shape["pad"] < r:
-                continue
-            found.setdefault(tuple(shape.values()), shape)
-        return list(found.values())
+        return distinct_shapes(count, seed, _synthetic_draw)
 
     def shape_class(self, p: DwsepProblem) -> str:
         return f"stride {p.stride}" + (" x2" if p.multiplier == 2 else "")

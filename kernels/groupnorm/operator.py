@@ -13,7 +13,7 @@ from typing import Any
 from kernels.family import Launch
 from kernels.groupnorm import plan
 from kernels.groupnorm.problem import GN_FIELDS, GroupNormProblem
-from kernels.operator import OperatorSpec, Tensor, Tolerance, VendorCall
+from kernels.operator import OperatorSpec, Tensor, Tolerance, VendorCall, distinct_shapes
 from kernels.registry import register_operator
 
 NETWORKS_DIR = Path(__file__).resolve().parents[2] / "jobs" / "networks" / "groupnorm"
@@ -164,21 +164,19 @@ def synthetic_shapes(count: int, seed: int = 0) -> list[dict[str, Any]]:
     2048; 1, 8, 16 or 32 groups, narrow groups of 2 to 8 channels or one per channel; square
     planes 1x1 to 256x256; batch 1 to 32; both layouts), fewer only if the space runs out.
     The same (count, seed) always gives the same shapes."""
-    rng = random.Random(seed)
-    shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
-    attempts = 0
-    while len(shapes) < count and attempts < 50 * count:
-        attempts += 1
-        c = rng.choice(_CHANNELS)
-        g = _groups(rng, c)
-        h = rng.choice(_SPATIAL)
-        n = rng.choice(_BATCH)
-        layout = rng.choice(("nhwc", "nchw"))
-        if n * c * h * h > _MAX_ELEMENTS or (c // g) * h * h <= 2:
-            continue
-        shape = {"N": n, "C": c, "H": h, "W": h, "G": g, "layout": layout}
-        shapes.setdefault(tuple(shape.values()), shape)
-    return list(shapes.values())
+    return distinct_shapes(count, seed, _synthetic_draw)
+
+
+def _synthetic_draw(rng: random.Random) -> dict[str, Any] | None:
+    """One shape of synthetic_shapes' space; None where it is not valid."""
+    c = rng.choice(_CHANNELS)
+    g = _groups(rng, c)
+    h = rng.choice(_SPATIAL)
+    n = rng.choice(_BATCH)
+    layout = rng.choice(("nhwc", "nchw"))
+    if n * c * h * h > _MAX_ELEMENTS or (c // g) * h * h <= 2:
+        return None
+    return {"N": n, "C": c, "H": h, "W": h, "G": g, "layout": layout}
 
 
 # A toy cost model, for SYNTHETIC measurements only ------------------------------------------------
