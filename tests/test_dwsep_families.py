@@ -46,6 +46,7 @@ def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
     assert not get_family("dwsep_resident").instances(OP, "fp32")
     assert not get_family("dwsep_halo").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma").instances(OP, "fp32")
+    assert not get_family("dwsep_wgmma_resident").instances(OP, "fp32")
     assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
 
 
@@ -199,6 +200,33 @@ def test_wgmma_serves_one_filter_case_with_whole_16_byte_rows():
     assert max(wgmma.threads(i.settings) for i in instances) == 384
 
 
+def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_passes():
+    res = get_family("dwsep_wgmma_resident")
+    instances = res.instances(OP, "bf16")
+    assert {i.settings["producers"] for i in instances} == {1, 2}  # 8 or 16 rows a pass
+    small = instance("dwsep_wgmma_resident", tile_p=64, tile_n=128, producers=2, stages=3,
+                     filter=3, k_blocks=1)
+    p = problem(N=4, C=728, H=19, W=19, K=728)  # 1,444 pixels: 23 tiles of 64; 6 passes
+    [launch] = res.launches(small, p)
+    assert launch.grid == (23, 1, 1) and launch.block == (384, 1, 1)
+    # the weight's stages, then A: 12 chunks of 64 channels x 64 rows of 128 bytes
+    assert launch.shared_bytes == 1024 + 128 * (3 * 128 + 12 * 64) + 12 * 64
+    shared = instance("dwsep_wgmma_resident", tile_p=64, tile_n=128, producers=2, stages=3,
+                      filter=3, k_blocks=4)
+    [launch] = res.launches(shared, p)
+    assert launch.grid == (23, 4, 1)  # four blocks share a pixel tile's six passes
+    assert res.defines(shared) == res.defines(small)  # one code object
+    assert "one pass" in res.applicable(small, problem(N=4, C=728, H=19, W=19, K=128))
+    assert "k_blocks=4" in res.applicable(shared, problem(N=4, C=728, H=19, W=19, K=384))
+    assert "shared memory" in res.applicable(small, problem(N=4, C=2048, H=10, W=10, K=512))
+    assert "filter=0" in res.applicable(small, problem(N=4, C=728, R=5, S=5, pad=2, K=728))
+    assert "multiple of 8" in res.applicable(small, problem(C=60, K=728))
+    # every network pair wide enough for two passes of 128 and narrow enough for A is served
+    for q in network_problems():
+        if q.K > 128 and q.MC <= 1024 and q.multiplier == 1 and q.C % 8 == 0:
+            assert any(res.applicable(i, q) is None for i in instances), q.label()
+
+
 @pytest.mark.parametrize("family,settings", [
     ("dwsep_resident", dict(tile_p=64, tile_n=256, warps_m=2, kc=64)),
     ("dwsep_resident", dict(tile_p=64, tile_n=256, warps_m=4, warps_n=4, kc=64)),  # 16 warps
@@ -211,6 +239,9 @@ def test_wgmma_serves_one_filter_case_with_whole_16_byte_rows():
     ("dwsep_wgmma", dict(tile_p=64, tile_n=256, producers=1, stages=4, filter=0)),
     ("dwsep_wgmma", dict(tile_p=64, tile_n=512, producers=1, stages=3, filter=3)),
     ("dwsep_wgmma", dict(tile_p=64, tile_n=128, producers=1, stages=2, filter=3)),  # 2 a SM
+    ("dwsep_wgmma_resident", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
+    ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
+    ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0)),
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)

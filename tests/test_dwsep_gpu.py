@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.gpu,
 
 OP = "dwsep_fwd"
 FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo", "dwsep_wgmma",
-            "vendor")
+            "dwsep_wgmma_resident", "vendor")
 EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
     dict(N=1, C=15, H=8, W=8, K=9, R=3, S=3, stride=2, pad=1),  # odd C and K
@@ -34,13 +34,21 @@ EDGES = [  # shape fields beyond the defaults
     # C a multiple of 8 but not of the 64-channel chunk, K of no tile, several pixel tiles
     dict(N=3, C=200, H=13, W=11, K=90, R=3, S=3, stride=2, pad=1, activation="silu", pw_bias=1),
     dict(N=1, C=136, H=9, W=9, K=75, R=3, S=3, pad=1, activation="relu6"),  # odd K
+    # several passes of output channels over a resident depthwise tile, K of no tile, C of no
+    # chunk, more than one pixel tile; 3x3 stride 2, and 5x5 with the widest C that fits
+    dict(N=2, C=136, H=21, W=17, K=390, R=3, S=3, stride=2, pad=1, activation="silu",
+         pw_bias=1),
+    dict(N=2, C=1024, H=9, W=9, K=515, R=5, S=5, pad=2, activation="relu6"),
 ]
 
 
 def must_serve(family: str, problem) -> bool:
-    """dwsep_halo and dwsep_wgmma copy 16 bytes along channels: multiplier 1 and C a multiple
-    of 8 only."""
-    return family not in ("dwsep_halo", "dwsep_wgmma") or (
+    """dwsep_halo and the wgmma families copy 16 bytes along channels: multiplier 1 and C a
+    multiple of 8 only; dwsep_wgmma_resident serves more than one pass of 128 output channels
+    over a depthwise tile that fits in shared memory (C up to 1,024 at least)."""
+    if family == "dwsep_wgmma_resident" and (problem.K <= 128 or problem.MC > 1024):
+        return False
+    return family not in ("dwsep_halo", "dwsep_wgmma", "dwsep_wgmma_resident") or (
         problem.multiplier == 1 and problem.C % 8 == 0)
 
 

@@ -2,7 +2,8 @@
 cores dwsep_resident (the depthwise tile of every channel resident in shared memory,
 resident.cu), dwsep_stream (channels streamed in chunks, stream.cu) and dwsep_halo (2-D output
 tiles whose input arrives once with its halo, halo.cu), and on Hopper's warpgroup matrix
-instructions dwsep_wgmma (wgmma.cu, sm_90a); their configuration spaces, applicability and
+instructions dwsep_wgmma (wgmma.cu, sm_90a) and dwsep_wgmma_resident (wgmma_resident.cu, the
+depthwise once per pixel tile); their configuration spaces, applicability and
 launch geometry."""
 
 from __future__ import annotations
@@ -169,7 +170,24 @@ class DwsepTensorCore(DwsepFamily):
         return None
 
 
-class DwsepResident(DwsepTensorCore):
+class SharedPixelTile:
+    """For the families whose blocks keep a pixel tile's depthwise values for all of its
+    output channels: `k_blocks` blocks share the tile's channel tiles (grid y), each computing
+    the depthwise once. k_blocks shapes the grid only, so the instances differing in it share
+    a code object."""
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        """k_blocks shapes the grid only: instances differing in it share a code object."""
+        values = super().defines(instance)
+        values.pop("K_BLOCKS")
+        return values
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        tiles, tiles_k = super().grid(c, p)
+        return tiles, min(tiles_k, c["k_blocks"])
+
+
+class DwsepResident(SharedPixelTile, DwsepTensorCore):
     """Strategy 1: the depthwise output of a block's tile_p pixels for every channel stays in
     shared memory while the block runs the pointwise GEMM over its output-channel tiles
     (tile_n each); k_blocks blocks share a pixel tile's output channels (the depthwise is
@@ -191,16 +209,6 @@ class DwsepResident(DwsepTensorCore):
                                *self.layouts(self.WIDE_LAYOUTS)]
                 for occ in self.occupancies(layout)
                 for kc in (32, 64) for k_blocks in (1, 2, 4)]
-
-    def defines(self, instance: Instance) -> dict[str, int | str]:
-        """k_blocks shapes the grid only: instances differing in it share a code object."""
-        values = super().defines(instance)
-        values.pop("K_BLOCKS")
-        return values
-
-    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
-        tiles, tiles_k = super().grid(c, p)
-        return tiles, min(tiles_k, c["k_blocks"])
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
         width = chunks(c, p) * c["kc"]
@@ -399,10 +407,59 @@ class DwsepWgmma(DwsepFamily):
         return None
 
 
+class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
+    """dwsep_wgmma with the depthwise output of a block's tile_p pixels resident in shared
+    memory for every channel (wgmma_resident.cu): the producers compute it once, during the
+    block's first pass of tile_n output channels, and copy the weight's chunks for every pass;
+    the consumers run each pass's wgmma over the resident A tile. k_blocks blocks share a pixel
+    tile's passes (each computes the depthwise once). For wide C and K, where dwsep_wgmma
+    computes the depthwise again for each channel tile; refused where a block makes one pass
+    (dwsep_wgmma does the same with less shared memory) or A does not fit. Config fields:
+    those of dwsep_wgmma, and k_blocks."""
+
+    name = "dwsep_wgmma_resident"
+    short = "wgmma_res"
+    source_file = "dwsep/wgmma_resident.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        configs = [{"tile_p": tile_p, "tile_n": tile_n, "producers": producers,
+                    "warps_m": tile_p // 16, "warps_n": 1, "kc": 64, "stages": stages,
+                    "filter": filter_size, "k_blocks": k_blocks}
+                   for tile_p in (64, 128) for tile_n in (128, 256) for producers in (1, 2)
+                   for stages in (2, 3, 4, 6) for filter_size in (3, 0) for k_blocks in (1, 2, 4)]
+        # six stages (the copies of four in flight) only for 128 channels: 16 KB a stage
+        return [c for c in configs if self.threads(c) <= 384
+                and (c["stages"] < 6 or c["tile_n"] == 128)
+                and self.resident_bytes(c, 1) <= SMEM_OPT_IN]
+
+    @staticmethod
+    def resident_bytes(c: dict[str, Any], chunk_count: int) -> int:
+        """1 KB to align the tiles, the weight's stages, the resident A (tile_p rows of 128
+        bytes per chunk of 64 channels) and the rows' descriptors."""
+        return (1024 + 128 * (c["stages"] * c["tile_n"] + chunk_count * c["tile_p"])
+                + 12 * c["tile_p"])
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        return self.resident_bytes(c, -(-p.MC // 64))
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        tiles_k = -(-p.K // c["tile_n"])
+        if tiles_k <= c["k_blocks"]:
+            return (f"K={p.K} makes {tiles_k} pass(es) of {c['tile_n']} for k_blocks="
+                    f"{c['k_blocks']}: one pass a block is dwsep_wgmma's, with less shared memory")
+        need = self.shared_bytes(c, p)
+        if need > SMEM_OPT_IN:
+            return f"needs {need} bytes of shared memory for MC={p.MC}, above {SMEM_OPT_IN}"
+        return super().refuses(instance, p)
+
+
 FAMILY = register(DwsepChunked())
 RESIDENT_FAMILY = register(DwsepResident())
 STREAM_FAMILY = register(DwsepStream())
 HALO_FAMILY = register(DwsepHalo())
 WGMMA_FAMILY = register(DwsepWgmma())
-__all__ = ["DwsepChunked", "DwsepHalo", "DwsepResident", "DwsepStream", "DwsepWgmma", "FAMILY",
-           "HALO_FAMILY", "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_FAMILY"]
+WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
+__all__ = ["DwsepChunked", "DwsepHalo", "DwsepResident", "DwsepStream", "DwsepWgmma",
+           "DwsepWgmmaResident", "FAMILY", "HALO_FAMILY", "RESIDENT_FAMILY", "STREAM_FAMILY",
+           "WGMMA_FAMILY", "WGMMA_RESIDENT_FAMILY"]

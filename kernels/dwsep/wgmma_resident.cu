@@ -1,0 +1,148 @@
+// dwsep_wgmma_resident: the fused depthwise-separable convolution forward on Hopper's
+// warpgroup matrix instructions (sm_90a), the depthwise output of a block's pixels resident in
+// shared memory for every channel, so that it is computed once per pixel tile however many
+// output channels there are.
+//
+// A block owns TILE_P consecutive output pixels (n, p, q flattened) and the output-channel
+// passes blockIdx.y, blockIdx.y + gridDim.y, ... (TILE_N channels each). Its warpgroups:
+//  - consumers, one per 64 pixels and WG_N (at most 256) channels of a pass: each issues the
+//    m64nWG_Nk16 wgmma of its part over the channel chunks, then writes its outputs (bias
+//    added) at the end of the pass and starts the next one;
+//  - PRODUCERS producers walk the same (pass, chunk) steps: each step's pointwise weight chunk
+//    [TILE_N][64] by cp.async into one of STAGES stages; in the first pass also the chunk's
+//    activated depthwise values (dwsep_wgmma.cuh's fill_chunk) into the resident A tile of
+//    that chunk. Later passes read A as it stands.
+// Named barriers FULL (producers arrive, consumers wait) and EMPTY (the reverse) per stage.
+// A producer hands a step over LAG = STAGES - 2 steps late, so that the weight copies of
+// LAG + 1 steps are in flight at once (a later hand-over could wait on a stage that the
+// consumers free only after that very step: STAGES - 2 is the most that cannot deadlock).
+//
+// Dynamic shared memory (dwsep/families.py): 1024 (alignment) + STAGES * TILE_N * 128 + chunks
+// * TILE_P * 128 bytes (chunks = MC / 64 rounded up) and TILE_P row descriptors. Macros:
+// TILE_P (64 or 128), TILE_N (64 to 256), STAGES (2 to 7), PRODUCERS (1 or 2), WARPS_M =
+// TILE_P / 16, WARPS_N = 1, KC = 64, FILTER (3: R = S = 3 in registers; 0: any size).
+#define WG_N (TILE_N > 256 ? 256 : TILE_N)
+#define M_GROUPS (TILE_P / 64)
+#define CONSUMERS (M_GROUPS * (TILE_N / WG_N))
+#define THREADS (128 * (CONSUMERS + PRODUCERS))
+#define PRODUCER_THREADS (128 * PRODUCERS)
+#include "dwsep_tc.cuh"
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "dwsep_wgmma_resident needs sm_90a (wgmma.mma_async)"
+#endif
+#if KC != 64 || WARPS_N != 1 || WARPS_M * 16 != TILE_P || TILE_P % 64 != 0 || STAGES < 2 || \
+    STAGES > 7 || PRODUCERS < 1
+#error "dwsep_wgmma_resident: KC = 64, WARPS_N = 1, WARPS_M = TILE_P / 16, TILE_P a multiple of 64, 2 <= STAGES <= 7, PRODUCERS >= 1"
+#endif
+#define FULL_BARRIER 1              // ids 1 .. STAGES (0 is __syncthreads)
+#define EMPTY_BARRIER (1 + STAGES)  // ids STAGES + 1 .. 2 STAGES
+#define LAG (STAGES - 2)            // steps a producer's hand-over trails its copies
+
+#include "dwsep_wgmma.cuh"
+
+// The producer's end of a step: its copies landed (all but the newest `pending` groups), its
+// stores and copies made visible to wgmma, the stage handed to the consumers.
+template <int PENDING>
+__device__ __forceinline__ void hand_over(int step) {
+  cp_async_wait<PENDING>();
+  fence_proxy_async();
+  barrier_arrive(FULL_BARRIER + step % STAGES);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+dwsep_wgmma_resident(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
+                     const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
+                     const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
+                     elem_t* __restrict__ y, DwsepParams p) {
+#if FILTER > 0
+  p.R = FILTER;
+  p.S = FILTER;
+#endif
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 raw = smem_u32(smem_raw);
+  // [STAGES][TILE_N rows] of weight, then [chunks][TILE_P rows] of A, 128 bytes a row; every
+  // tile 1024-byte aligned
+  unsigned char* stages = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  constexpr int STAGE_BYTES = TILE_N * ROW_BYTES, CHUNK_BYTES = TILE_P * ROW_BYTES;
+  const int chunks = (p.MC + 63) / 64;
+  unsigned char* resident = stages + STAGES * STAGE_BYTES;
+  RowTaps* rows = reinterpret_cast<RowTaps*>(resident + chunks * CHUNK_BYTES);
+
+  const int k_tiles = (p.K + TILE_N - 1) / TILE_N;
+  const int passes = (k_tiles - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y;
+  const int steps = passes * chunks;
+  const int pix0 = blockIdx.x * TILE_P, pixels = p.N * p.P * p.Q;
+  const int wg = threadIdx.x >> 7;
+
+  rows_of(rows, p, pix0);
+  __syncthreads();
+
+  if (wg >= CONSUMERS) {  // a producer: the weight's chunks, and in the first pass A's
+    const int t = threadIdx.x - 128 * CONSUMERS;
+    int c = 0, pass = 0;
+    for (int step = 0; step < steps; ++step) {
+      const int s = step % STAGES;
+      if (step >= STAGES) barrier_wait(EMPTY_BARRIER + s);  // step - STAGES's wgmma done
+      const int k0 = ((int)blockIdx.y + pass * (int)gridDim.y) * TILE_N;
+      load_weight(stages + s * STAGE_BYTES, w_pw, p, k0, c * 64, t);
+      cp_async_commit();
+      if (pass == 0)
+        fill_chunk(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64);
+      if (step >= LAG) hand_over<LAG>(step - LAG);
+      if (++c == chunks) c = 0, ++pass;
+    }
+    for (int step = max(steps - LAG, 0); step < steps; ++step) hand_over<0>(step);
+    return;
+  }
+
+  const int m_group = wg % M_GROUPS, n_group = wg / M_GROUPS;  // this consumer's part
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  const bool pairs = p.K % 2 == 0;
+  float acc[WG_N / 2];
+  for (int pass = 0, step = 0; pass < passes; ++pass) {
+#pragma unroll
+    for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
+    keep_in_registers(acc);
+    for (int c = 0; c < chunks; ++c, ++step) {
+      const int s = step % STAGES;
+      barrier_wait(FULL_BARRIER + s);
+      const u64 da = sw128_desc(resident + c * CHUNK_BYTES + 64 * m_group * ROW_BYTES);
+      const u64 db = sw128_desc(stages + s * STAGE_BYTES + WG_N * n_group * ROW_BYTES);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_k16(acc, da + 2 * kk, db + 2 * kk);  // 32 bytes a step
+      wgmma_commit();
+      wgmma_wait<1>();  // the pass's previous step is done: its stage goes back
+      if (c >= 1 && step - 1 + STAGES < steps)
+        barrier_arrive(EMPTY_BARRIER + (step - 1) % STAGES);
+    }
+    wgmma_wait<0>();  // the pass's last step too
+    keep_in_registers(acc);
+    if (step - 1 + STAGES < steps) barrier_arrive(EMPTY_BARRIER + (step - 1) % STAGES);
+    // warp w of the warpgroup holds rows 16 w .. 16 w + 15; per 8 columns n, acc[4n .. 4n + 1]
+    // at (lane / 4, 2 (lane % 4) + {0, 1}) and acc[4n + 2 .. 4n + 3] 8 rows on
+    const int k0 = ((int)blockIdx.y + pass * (int)gridDim.y) * TILE_N + WG_N * n_group;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int pix = pix0 + 64 * m_group + 16 * warp + (lane >> 2) + 8 * half;
+      elem_t* out = y + (long)min(pix, pixels - 1) * p.K;
+#pragma unroll
+      for (int n = 0; n < WG_N / 8; ++n) {
+        const int k = k0 + 8 * n + 2 * (lane & 3);
+        float v0 = acc[4 * n + 2 * half], v1 = acc[4 * n + 2 * half + 1];
+        if (p.pw_bias) {
+          v0 += k < p.K ? to_float(b_pw[k]) : 0.0f;
+          v1 += k + 1 < p.K ? to_float(b_pw[k + 1]) : 0.0f;
+        }
+        if (pix < pixels && k < p.K) {
+          if (pairs) {
+            *reinterpret_cast<u32*>(out + k) = pack_pair(v0, v1);
+          } else {
+            out[k] = from_float(v0);
+            if (k + 1 < p.K) out[k + 1] = from_float(v1);
+          }
+        }
+      }
+    }
+  }
+}
