@@ -18,6 +18,8 @@ from pathlib import Path
 from bench.common import RESULTS, write_result
 
 BANDS = (0.0, 10.0, 30.0, 100.0, 300.0, math.inf)  # FLOP per byte
+LABELS = [f"{low:g}-{high:g}" if math.isfinite(high) else f"{low:g}+"
+          for low, high in zip(BANDS, BANDS[1:])]
 
 
 def points(results: dict) -> list[dict]:
@@ -34,9 +36,9 @@ def points(results: dict) -> list[dict]:
 
 
 def band_of(intensity: float) -> str:
-    for low, high in zip(BANDS, BANDS[1:]):
+    for label, low, high in zip(LABELS, BANDS, BANDS[1:]):
         if low <= intensity < high:
-            return f"{low:g}-{high:g}" if math.isfinite(high) else f"{low:g}+"
+            return label
     raise ValueError(f"no band holds {intensity}")
 
 
@@ -47,8 +49,8 @@ def by_band(found: list[dict]) -> dict:
         groups.setdefault((p["op"], band_of(p["flop_per_byte"])), []).append(p["speedup"])
     return {f"{op} {band}": {"shapes": len(v), "wins": sum(x > 1 for x in v),
                              "geomean": math.exp(sum(map(math.log, v)) / len(v))}
-            for (op, band), v in sorted(groups.items(), key=lambda kv: (
-                kv[0][0], [band_of(b) for b in BANDS[:-1]].index(kv[0][1])))}
+            for (op, band), v in sorted(groups.items(),
+                                        key=lambda kv: (kv[0][0], LABELS.index(kv[0][1])))}
 
 
 def plot(found: list[dict], path: Path) -> Path:

@@ -365,15 +365,21 @@ class DwsepWgmma(DwsepFamily):
     short = "wgmma"
     source_file = "dwsep/wgmma.cu"
 
+    MAX_THREADS = 384  # 168 registers each: 256 accumulator columns beside 72 filter taps
+
+    @staticmethod
+    def wgmma_config(tile_p: int, tile_n: int, producers: int, stages: int, filter_size: int,
+                     **more: int) -> dict[str, Any]:
+        """A configuration of the wgmma families (their fields in instance-name order)."""
+        return {"tile_p": tile_p, "tile_n": tile_n, "producers": producers,
+                "warps_m": tile_p // 16, "warps_n": 1, "kc": 64, "stages": stages,
+                "filter": filter_size, **more}
+
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        # at most 384 threads (168 registers each, room for 256 accumulator columns beside
-        # a producer's 72 filter taps) and the shared memory one block may have
-        configs = [{"tile_p": tile_p, "tile_n": tile_n, "producers": producers,
-                    "warps_m": tile_p // 16, "warps_n": 1, "kc": 64, "stages": stages,
-                    "filter": filter_size}
+        configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size)
                    for tile_p in (64, 128) for tile_n in (64, 128, 256, 512)
                    for producers in (1, 2) for stages in (2, 3, 4) for filter_size in (3, 0)]
-        return [c for c in configs if self.threads(c) <= 384
+        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
                 and self.shared_bytes(c, None) <= SMEM_OPT_IN]
 
     def instances(self, operator: str, dtype: str) -> list[Instance]:
@@ -422,13 +428,12 @@ class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
     source_file = "dwsep/wgmma_resident.cu"
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        configs = [{"tile_p": tile_p, "tile_n": tile_n, "producers": producers,
-                    "warps_m": tile_p // 16, "warps_n": 1, "kc": 64, "stages": stages,
-                    "filter": filter_size, "k_blocks": k_blocks}
+        configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size,
+                                     k_blocks=k_blocks)
                    for tile_p in (64, 128) for tile_n in (128, 256) for producers in (1, 2)
                    for stages in (2, 3, 4, 6) for filter_size in (3, 0) for k_blocks in (1, 2, 4)]
         # six stages (the copies of four in flight) only for 128 channels: 16 KB a stage
-        return [c for c in configs if self.threads(c) <= 384
+        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
                 and (c["stages"] < 6 or c["tile_n"] == 128)
                 and self.resident_bytes(c, 1) <= SMEM_OPT_IN]
 
