@@ -45,6 +45,7 @@ def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
     assert not get_family("dwsep_stream").instances(OP, "fp32")
     assert not get_family("dwsep_resident").instances(OP, "fp32")
     assert not get_family("dwsep_halo").instances(OP, "fp32")
+    assert not get_family("dwsep_halo_tc").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma_resident").instances(OP, "fp32")
     assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
@@ -60,6 +61,25 @@ def test_every_network_problem_is_served_by_each_family_within_shared_memory():
             assert served, f"no {name} instance serves {p.label()}"
             if name != "dwsep_chunked":
                 assert max(family.shared_bytes(i.settings, p) for i in served) <= SMEM_OPT_IN
+
+
+def test_halo_tc_is_halo_with_the_tensor_core_depthwise_and_its_padded_halo():
+    halo, tc = get_family("dwsep_halo"), get_family("dwsep_halo_tc")
+    settings = dict(tile_h=8, tile_w=8, tile_n=64, kc=64, tiles=1)
+    p = problem(C=96, K=64, H=14, W=14)
+    a, b = instance("dwsep_halo", **settings), instance("dwsep_halo_tc", **settings)
+    assert tc.defines(b) == {**halo.defines(a), "DW_TC": 1}
+    assert "DW_TC" not in halo.defines(a)
+    hh, hw = halo.halo(a.settings, p)
+    stages = min(a.settings["stages"], 2)  # two chunks of 64 channels, one tile
+    assert tc.shared_bytes(b.settings, p) - halo.shared_bytes(a.settings, p) == (
+        stages * 2 * hh * hw * 8)  # 8 u16 more per halo pixel and stage
+    assert {c["c_split"] for c in tc.configs(OP)} == {1, 2}
+    five = problem(C=96, K=64, H=14, W=14, R=5, S=5, pad=2)
+    assert any(tc.applicable(i, five) is None for i in tc.instances(OP, "bf16"))
+    for other in (p, problem(C=96, K=64, H=14, W=14, R=5, S=5, pad=2, stride=2)):
+        assert all("5x5 filters at stride 1" in tc.applicable(i, other)
+                   for i in tc.instances(OP, "bf16"))
 
 
 def test_the_rules_name_what_they_refuse():
@@ -235,6 +255,8 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
     ("dwsep_halo", dict(tile_h=2, tile_w=32, tile_n=256, kc=64, tiles=4)),
     ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, tiles=4)),
     ("dwsep_halo", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, c_split=8)),
+    ("dwsep_halo_tc", dict(tile_h=2, tile_w=32, tile_n=256, kc=64, tiles=4)),
+    ("dwsep_halo_tc", dict(tile_h=8, tile_w=16, tile_n=128, kc=64, c_split=2)),
     ("dwsep_wgmma", dict(tile_p=128, tile_n=256, producers=1, stages=4, filter=3)),
     ("dwsep_wgmma", dict(tile_p=64, tile_n=256, producers=1, stages=4, filter=0)),
     ("dwsep_wgmma", dict(tile_p=64, tile_n=512, producers=1, stages=3, filter=3)),

@@ -1,7 +1,8 @@
 """The dwsep_fwd families: dwsep_chunked (CUDA cores, any GPU, chunked.cu), and on tensor
 cores dwsep_resident (the depthwise tile of every channel resident in shared memory,
-resident.cu), dwsep_stream (channels streamed in chunks, stream.cu) and dwsep_halo (2-D output
-tiles whose input arrives once with its halo, halo.cu), and on Hopper's warpgroup matrix
+resident.cu), dwsep_stream (channels streamed in chunks, stream.cu), dwsep_halo (2-D output
+tiles whose input arrives once with its halo, halo.cu) and dwsep_halo_tc (the same with the
+depthwise on the tensor cores), and on Hopper's warpgroup matrix
 instructions dwsep_wgmma (wgmma.cu, sm_90a) and dwsep_wgmma_resident (wgmma_resident.cu, the
 depthwise once per pixel tile); their configuration spaces, applicability and
 launch geometry."""
@@ -302,6 +303,7 @@ class DwsepHalo(DwsepTensorCore):
     name = "dwsep_halo"
     short = "halo"
     source_file = "dwsep/halo.cu"
+    halo_pad = 0  # u16 after each halo pixel's kc channels
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
         shapes = {64: ((8, 8), (4, 16), (2, 32)), 128: ((16, 8), (8, 16), (4, 32))}
@@ -333,7 +335,7 @@ class DwsepHalo(DwsepTensorCore):
         tile_p = c["tile_h"] * c["tile_w"]
         steps = (-(-chunks(c, p) // c["c_split"])
                  * min(c["tiles"], self.spatial_tiles(c, p)))
-        stage = 2 * (c["tile_n"] * (c["kc"] + 8) + hh * hw * c["kc"])
+        stage = 2 * (c["tile_n"] * (c["kc"] + 8) + hh * hw * (c["kc"] + self.halo_pad))
         pipeline = 2 * tile_p * (c["kc"] + 8) + min(c["stages"], steps) * stage
         return max(pipeline, self.cluster_sums_bytes(tile_p, c))
 
@@ -348,6 +350,34 @@ class DwsepHalo(DwsepTensorCore):
         if c["tiles"] > 1 and self.spatial_tiles(c, p) <= c["tiles"]:
             return f"{self.spatial_tiles(c, p)} tiles make one block of {c['tiles']} at most"
         return self.empty_split(c, p) or super().refuses(instance, p)
+
+
+class DwsepHaloTc(DwsepHalo):
+    """dwsep_halo with the depthwise of 3x3 and 5x5 filters on the tensor cores (halo.cu with
+    DW_TC): per 16 output pixels and 8 channels a warp runs mma.sync over k = (tap, channel),
+    two taps a k16 step, A's rows (a pixel's 8 channels under one tap) gathered from the halo
+    by ldmatrix, B the channels' taps on a diagonal; products exact, sums fp32. A few
+    instructions per 128 depthwise values instead of several per value. Served: 5x5 filters
+    at stride 1, the one class where it beat dwsep_halo side by side (H100, bf16, N = 32: 1.05
+    to 1.17x); on 3x3 filters and at stride 2 it was slower (the kernel still computes them,
+    3x3 on tensor cores, other sizes on CUDA cores). Config fields: dwsep_halo's, c_split at
+    most 2."""
+
+    name = "dwsep_halo_tc"
+    short = "halo_tc"
+    halo_pad = 8  # ldmatrix's 8 rows (pixels 1 apart) in distinct banks
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return [c for c in super().configs(operator) if c["c_split"] <= 2]
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        return {**super().defines(instance), "DW_TC": 1}
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        if (p.R, p.S, p.stride) != (5, 5, 1):
+            return (f"serves 5x5 filters at stride 1 (R={p.R}, S={p.S}, stride={p.stride}): "
+                    "dwsep_halo is faster elsewhere")
+        return super().refuses(instance, p)
 
 
 class DwsepWgmma(DwsepFamily):
@@ -463,8 +493,9 @@ FAMILY = register(DwsepChunked())
 RESIDENT_FAMILY = register(DwsepResident())
 STREAM_FAMILY = register(DwsepStream())
 HALO_FAMILY = register(DwsepHalo())
+HALO_TC_FAMILY = register(DwsepHaloTc())
 WGMMA_FAMILY = register(DwsepWgmma())
 WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
-__all__ = ["DwsepChunked", "DwsepHalo", "DwsepResident", "DwsepStream", "DwsepWgmma",
-           "DwsepWgmmaResident", "FAMILY", "HALO_FAMILY", "RESIDENT_FAMILY", "STREAM_FAMILY",
-           "WGMMA_FAMILY", "WGMMA_RESIDENT_FAMILY"]
+__all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream",
+           "DwsepWgmma", "DwsepWgmmaResident", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
+           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_FAMILY", "WGMMA_RESIDENT_FAMILY"]

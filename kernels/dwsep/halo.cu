@@ -21,11 +21,23 @@
 // shared memory across the cluster (sm_90), as in dwsep_stream: more blocks where a map has
 // few tiles and C is wide.
 //
+// With DW_TC (the dwsep_halo_tc family) the depthwise of 3x3 and 5x5 filters runs on the
+// tensor cores instead (halo_depthwise_tc), and a halo pixel takes KC + 8 u16.
+//
 // Dynamic shared memory (dwsep/families.py): the larger of TILE_P * (KC + 8) + STAGES *
-// (TILE_N * (KC + 8) + HH * HW * KC) u16 and, with C_SPLIT > 1, TILE_P * (TILE_N + 4) floats.
-// Macros: TILE_H, TILE_W, TILE_N, WARPS_M, WARPS_N, KC, STAGES, TILES, OCC, C_SPLIT.
+// (TILE_N * (KC + 8) + HH * HW * HS) u16 (HS = KC, or KC + 8 with DW_TC) and, with C_SPLIT > 1,
+// TILE_P * (TILE_N + 4) floats. Macros: TILE_H, TILE_W, TILE_N, WARPS_M, WARPS_N, KC, STAGES,
+// TILES, OCC, C_SPLIT, DW_TC (0 or 1).
 #define TILE_P (TILE_H * TILE_W)
 #include "dwsep_tc.cuh"
+#ifndef DW_TC
+#define DW_TC 0
+#endif
+#if DW_TC
+#define HS (KC + 8)  // u16 per halo pixel: the 8 rows an ldmatrix reads fall in distinct banks
+#else
+#define HS KC
+#endif
 
 // The activation applied to N values, its choice made once for all of them.
 template <int N>
@@ -83,7 +95,7 @@ __device__ __forceinline__ void load_halo(u16* hs, const HaloTile& t,
     while (hx >= hw) hx -= hw, ++hy;
     const int h = h0 + hy, w = w0 + hx;
     const bool in = c_in && (unsigned)h < (unsigned)p.H && (unsigned)w < (unsigned)p.W;
-    cp_async16(hs + pix * KC + seg * 8, in ? image + (h * p.W + w) * p.C + c : x, in);
+    cp_async16(hs + pix * HS + seg * 8, in ? image + (h * p.W + w) * p.C + c : x, in);
     hx += THREADS / SEGS;
   }
 }
@@ -117,11 +129,11 @@ __device__ __forceinline__ void halo_depthwise(u16* as, const u16* hs, int hw, i
       if (RR > 0) {
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
-          const u16* src = hs + ((row * ST + r) * hw + col0 * ST) * KC + jj;
+          const u16* src = hs + ((row * ST + r) * hw + col0 * ST) * HS + jj;
           float v0[COLS], v1[COLS];
 #pragma unroll
           for (int c = 0; c < COLS; ++c)
-            unpack_pair(*reinterpret_cast<const u32*>(src + c * KC), v0[c], v1[c]);
+            unpack_pair(*reinterpret_cast<const u32*>(src + c * HS), v0[c], v1[c]);
 #pragma unroll
           for (int o = 0; o < RUN; ++o)
 #pragma unroll
@@ -137,7 +149,7 @@ __device__ __forceinline__ void halo_depthwise(u16* as, const u16* hs, int hw, i
 #pragma unroll
             for (int o = 0; o < RUN; ++o) {
               const u16* src =
-                  hs + ((row * p.stride + r) * hw + (col0 + o) * p.stride + s) * KC + jj;
+                  hs + ((row * p.stride + r) * hw + (col0 + o) * p.stride + s) * HS + jj;
               float v0, v1;
               unpack_pair(*reinterpret_cast<const u32*>(src), v0, v1);
               d0[o] = fmaf(v0, w0, d0[o]);
@@ -178,14 +190,127 @@ __device__ __forceinline__ void halo_fill(u16* as, const u16* hs, int hw, int j0
     halo_depthwise<0, 0, 1, CP>(as, hs, hw, j0, w_dw, scale, shift, p);
 }
 
+#if DW_TC
+// The depthwise on tensor cores. Per 16 output pixels (an m-tile) and 8 channels (a channel
+// group) a warp runs mma.sync with k = (tap, channel): a k16 step takes two taps of the 8
+// channels, A's rows gathered from the halo by ldmatrix (a row: one pixel's 8 channels under
+// one tap), B diagonal (B[(tap, c)][n] = w[n][tap] where c = n, else 0); an odd last tap takes a
+// k8 step. The products are exact and the sums fp32, as on CUDA cores.
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(u32 (&r)[2], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+__device__ __forceinline__ void mma1688(float (&d)[4], const u32 (&a)[2], u32 b) {
+#if FARM_DTYPE == 2
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 "
+#else
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+#endif
+               "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+// RR x RR taps (stride p.stride) from the halo hs [hh * hw][HS] into A, as halo_depthwise.
+template <int RR>
+__device__ __forceinline__ void halo_depthwise_tc(u16* as, const u16* hs, int hw, int j0,
+                                                  const elem_t* __restrict__ w_dw,
+                                                  const elem_t* __restrict__ scale,
+                                                  const elem_t* __restrict__ shift,
+                                                  const DwsepParams& p) {
+  constexpr int T = RR * RR, MT = TILE_P / 16, CGS = KC / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  // the A row whose address this lane gives ldmatrix: pixel rho of the m-tile, tap half khalf
+  const int rho = (lane & 7) + 8 * ((lane >> 3) & 1), khalf = lane >> 4;
+  const u32 hs0 = smem_u32(hs), row_bytes = (u32)hw * HS * 2u;
+  const unsigned short* taps = reinterpret_cast<const unsigned short*>(w_dw);
+  u32 b[T];  // the current channel group's B fragments, one per tap
+  float sc0 = 0.0f, sh0 = 0.0f, sc1 = 0.0f, sh1 = 0.0f;
+  bool live = false;
+  int current = -1;
+  for (int item = warp; item < MT * CGS; item += WARPS) {
+    const int cg = item % CGS, mt = item / CGS;
+    if (cg != current) {  // warp-uniform
+      current = cg;
+      // lane (g, q) holds B[(tap, 2q), g] and B[(tap, 2q + 1), g]: channel g's tap where g is
+      // 2q or 2q + 1, in that half
+      const int jn = j0 + cg * 8 + g;
+      const bool on = q == (g >> 1) && jn < p.C;
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+        b[t] = (on ? (u32)__ldg(taps + jn * T + t) : 0u) << (16 * (g & 1));
+      const int j = j0 + cg * 8 + 2 * q;
+      live = j < p.C;  // C is a multiple of 8: a group is whole or absent
+      sc0 = live ? to_float(scale[j]) : 0.0f;
+      sh0 = live ? to_float(shift[j]) : 0.0f;
+      sc1 = live ? to_float(scale[j + 1]) : 0.0f;
+      sh1 = live ? to_float(shift[j + 1]) : 0.0f;
+    }
+    const int pixel = mt * 16 + rho;
+    const int base = (pixel / TILE_W) * p.stride * hw + (pixel % TILE_W) * p.stride;
+    const u32 row_addr = hs0 + (u32)(base * HS + cg * 8) * 2u;
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int m = 0; m < T / 2; ++m) {
+      const int t = 2 * m + khalf;
+      u32 a[4];
+      ldsm_x4(a, row_addr + (u32)(t / RR) * row_bytes + (u32)(t % RR) * (HS * 2));
+      mma16816(d, a, b[2 * m], b[2 * m + 1]);
+    }
+    if (T % 2) {
+      constexpr int t = T - 1;
+      u32 a[2];
+      ldsm_x2(a, row_addr + (u32)(t / RR) * row_bytes + (u32)(t % RR) * (HS * 2));
+      mma1688(d, a, b[t]);
+    }
+    // d: pixel mt * 16 + g, channels 2q and 2q + 1 of the group; then the pixel 8 rows on
+    d[0] = d[0] * sc0 + sh0;
+    d[1] = d[1] * sc1 + sh1;
+    d[2] = d[2] * sc0 + sh0;
+    d[3] = d[3] * sc1 + sh1;
+    activate_all(d, p.activation);
+    u16* out = as + (mt * 16 + g) * B_STRIDE + cg * 8 + 2 * q;
+    *reinterpret_cast<u32*>(out) = live ? pack_pair(d[0], d[1]) : 0u;
+    *reinterpret_cast<u32*>(out + 8 * B_STRIDE) = live ? pack_pair(d[2], d[3]) : 0u;
+  }
+}
+
+// 3x3 and 5x5 filters on tensor cores, other sizes on CUDA cores.
+template <int CP>
+__device__ __forceinline__ void halo_fill_tc(u16* as, const u16* hs, int hw, int j0,
+                                             const elem_t* __restrict__ w_dw,
+                                             const elem_t* __restrict__ scale,
+                                             const elem_t* __restrict__ shift,
+                                             const DwsepParams& p) {
+  if (p.R == 3 && p.S == 3)
+    halo_depthwise_tc<3>(as, hs, hw, j0, w_dw, scale, shift, p);
+  else if (p.R == 5 && p.S == 5)
+    halo_depthwise_tc<5>(as, hs, hw, j0, w_dw, scale, shift, p);
+  else
+    halo_fill<CP>(as, hs, hw, j0, w_dw, scale, shift, p);
+}
+#endif
+
 #if C_SPLIT > 1
 #define CLUSTER __cluster_dims__(1, 1, C_SPLIT)
 #else
 #define CLUSTER
 #endif
 
+#if DW_TC
+#define HALO_KERNEL dwsep_halo_tc
+#else
+#define HALO_KERNEL dwsep_halo
+#endif
 extern "C" __global__ void CLUSTER DWSEP_BOUNDS
-dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
+HALO_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
            const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
            const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
            elem_t* __restrict__ y, DwsepParams p) {
@@ -202,7 +327,7 @@ dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   const int first = blockIdx.z * per_block;  // this block's chunks: [first, first + chunks)
   const int chunks = max(0, min(all_chunks - first, per_block));
   const int steps = tiles * chunks;
-  const int stage_u16 = TILE_N * B_STRIDE + hh * hw * KC;
+  const int stage_u16 = TILE_N * B_STRIDE + hh * hw * HS;
   u16* a = smem;                           // [TILE_P][B_STRIDE]
   u16* stages = smem + TILE_P * B_STRIDE;  // [STAGES][B: TILE_N x B_STRIDE, halo: hh*hw x KC]
 
@@ -229,7 +354,11 @@ dwsep_halo(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
     if (step + STAGES - 1 < steps) load((step + STAGES - 1) % STAGES);
     cp_async_commit();
     const u16* st = stages + (step % STAGES) * stage_u16;
+#if DW_TC
+    halo_fill_tc<CP>(a, st + TILE_N * B_STRIDE, hw, (first + chunk) * KC, w_dw, scale, shift, p);
+#else
     halo_fill<CP>(a, st + TILE_N * B_STRIDE, hw, (first + chunk) * KC, w_dw, scale, shift, p);
+#endif
     __syncthreads();  // A is visible
     warp_chunk(acc, a, B_STRIDE, st, wm, wn);
     if (++chunk == chunks && C_SPLIT == 1) {
