@@ -254,16 +254,61 @@ __device__ __forceinline__ void load_weight(unsigned char* b, const elem_t* __re
                                             const DwsepParams& p, int k0, int j0, int t) {
   // a thread's piece is the same in every row it copies, and so is the row's swizzle (the rows
   // step by PRODUCER_THREADS / 8, a multiple of 8)
-  const int piece = t & 7, j = j0 + piece * 8;
-  const bool j_in = j < p.MC;
-  const int first = t >> 3;
-  unsigned char* dst = b + sw128_offset(first, piece);
-  const elem_t* src = w_pw + (long)(k0 + first) * p.MC + j;
   constexpr int rows_step = PRODUCER_THREADS / 8;
+  const int piece = t & 7, j = j0 + piece * 8, first = t >> 3;
+  // rows i * rows_step < live are inside K (none where the piece lies past MC)
+  const int live = j < p.MC ? p.K - k0 - first : 0;
+  const u32 dst = smem_u32(b + sw128_offset(first, piece));
+  const elem_t* src = w_pw + (long)(k0 + first) * p.MC + j;
   const long src_step = (long)rows_step * p.MC;
 #pragma unroll 4
   for (int i = 0; i < TILE_N / rows_step; ++i) {
-    const bool valid = j_in && k0 + first + i * rows_step < p.K;
-    cp_async16(dst + i * rows_step * ROW_BYTES, valid ? src + i * src_step : w_pw, valid);
+    const bool valid = i * rows_step < live;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     dst + i * rows_step * ROW_BYTES),
+                 "l"(valid ? src + i * src_step : w_pw), "r"(valid ? 16 : 0));
+  }
+}
+
+// A consumer's accumulators (rows 64 m of the block's pixels from pix0, columns [k0, k0 +
+// WG_N)) with the pointwise bias into y: warp w of the warpgroup holds rows 16 w .. 16 w + 15;
+// per 8 columns n, acc[4n .. 4n + 1] at (lane / 4, 2 (lane % 4) + {0, 1}) and acc[4n + 2 ..
+// 4n + 3] 8 rows on. The bias of a column pair is read once for both rows.
+__device__ __forceinline__ void store_accumulators(const float (&acc)[WG_N / 2],
+                                                   elem_t* __restrict__ y,
+                                                   const elem_t* __restrict__ b_pw,
+                                                   const DwsepParams& p, int pix0, int k0) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  const int pixels = p.N * p.P * p.Q;
+  const int pix = pix0 + 16 * warp + (lane >> 2);
+  const bool in0 = pix < pixels, in1 = pix + 8 < pixels, pairs = p.K % 2 == 0;
+  elem_t* out0 = y + (long)min(pix, pixels - 1) * p.K;
+  elem_t* out1 = y + (long)min(pix + 8, pixels - 1) * p.K;
+#pragma unroll
+  for (int n = 0; n < WG_N / 8; ++n) {
+    const int k = k0 + 8 * n + 2 * (lane & 3);
+    if (k >= p.K) break;  // the columns rise with n
+    float b0 = 0.0f, b1 = 0.0f;
+    if (p.pw_bias) {
+      if (pairs) {
+        unpack_pair(__ldg(reinterpret_cast<const u32*>(b_pw + k)), b0, b1);
+      } else {
+        b0 = to_float(b_pw[k]);
+        b1 = k + 1 < p.K ? to_float(b_pw[k + 1]) : 0.0f;
+      }
+    }
+    const float v00 = acc[4 * n] + b0, v01 = acc[4 * n + 1] + b1;
+    const float v10 = acc[4 * n + 2] + b0, v11 = acc[4 * n + 3] + b1;
+    if (pairs) {
+      if (in0) *reinterpret_cast<u32*>(out0 + k) = pack_pair(v00, v01);
+      if (in1) *reinterpret_cast<u32*>(out1 + k) = pack_pair(v10, v11);
+    } else {
+      if (in0) out0[k] = from_float(v00);
+      if (in1) out1[k] = from_float(v10);
+      if (k + 1 < p.K) {
+        if (in0) out0[k + 1] = from_float(v01);
+        if (in1) out1[k + 1] = from_float(v11);
+      }
+    }
   }
 }

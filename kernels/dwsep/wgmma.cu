@@ -64,7 +64,6 @@ dwsep_wgmma(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   const int k_tiles = (p.K + TILE_N - 1) / TILE_N;
   const int linear = blockIdx.y * gridDim.x + blockIdx.x;
   const int k0 = (linear % k_tiles) * TILE_N, pix0 = (linear / k_tiles) * TILE_P;
-  const int pixels = p.N * p.P * p.Q;
   const int chunks = (p.MC + 63) / 64;
   const int wg = threadIdx.x >> 7;
 
@@ -108,30 +107,5 @@ dwsep_wgmma(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   wgmma_wait<0>();
   keep_in_registers(acc);
 
-  // The accumulators: warp w of the warpgroup holds rows 16 w .. 16 w + 15; per 8 columns n,
-  // acc[4n .. 4n + 1] at (lane / 4, 2 (lane % 4) + {0, 1}) and acc[4n + 2 .. 4n + 3] 8 rows on.
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const bool pairs = p.K % 2 == 0;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int pix = pix0 + 64 * m_group + 16 * warp + (lane >> 2) + 8 * half;
-    if (pix >= pixels) continue;
-    elem_t* out = y + (long)pix * p.K;
-#pragma unroll
-    for (int n = 0; n < WG_N / 8; ++n) {
-      const int k = k0 + WG_N * n_group + 8 * n + 2 * (lane & 3);
-      if (k >= p.K) continue;
-      float v0 = acc[4 * n + 2 * half], v1 = acc[4 * n + 2 * half + 1];
-      if (p.pw_bias) {
-        v0 += to_float(b_pw[k]);
-        v1 += k + 1 < p.K ? to_float(b_pw[k + 1]) : 0.0f;
-      }
-      if (pairs) {
-        *reinterpret_cast<u32*>(out + k) = pack_pair(v0, v1);
-      } else {
-        out[k] = from_float(v0);
-        if (k + 1 < p.K) out[k + 1] = from_float(v1);
-      }
-    }
-  }
+  store_accumulators(acc, y, b_pw, p, pix0 + 64 * m_group, k0 + WG_N * n_group);
 }

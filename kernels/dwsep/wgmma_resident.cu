@@ -71,7 +71,7 @@ dwsep_wgmma_resident(const elem_t* __restrict__ x, const elem_t* __restrict__ w_
   const int k_tiles = (p.K + TILE_N - 1) / TILE_N;
   const int passes = (k_tiles - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y;
   const int steps = passes * chunks;
-  const int pix0 = blockIdx.x * TILE_P, pixels = p.N * p.P * p.Q;
+  const int pix0 = blockIdx.x * TILE_P;
   const int wg = threadIdx.x >> 7;
 
   rows_of(rows, p, pix0);
@@ -96,8 +96,6 @@ dwsep_wgmma_resident(const elem_t* __restrict__ x, const elem_t* __restrict__ w_
   }
 
   const int m_group = wg % M_GROUPS, n_group = wg / M_GROUPS;  // this consumer's part
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const bool pairs = p.K % 2 == 0;
   float acc[WG_N / 2];
   for (int pass = 0, step = 0; pass < passes; ++pass) {
 #pragma unroll
@@ -119,30 +117,7 @@ dwsep_wgmma_resident(const elem_t* __restrict__ x, const elem_t* __restrict__ w_
     wgmma_wait<0>();  // the pass's last step too
     keep_in_registers(acc);
     if (step - 1 + STAGES < steps) barrier_arrive(EMPTY_BARRIER + (step - 1) % STAGES);
-    // warp w of the warpgroup holds rows 16 w .. 16 w + 15; per 8 columns n, acc[4n .. 4n + 1]
-    // at (lane / 4, 2 (lane % 4) + {0, 1}) and acc[4n + 2 .. 4n + 3] 8 rows on
-    const int k0 = ((int)blockIdx.y + pass * (int)gridDim.y) * TILE_N + WG_N * n_group;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int pix = pix0 + 64 * m_group + 16 * warp + (lane >> 2) + 8 * half;
-      elem_t* out = y + (long)min(pix, pixels - 1) * p.K;
-#pragma unroll
-      for (int n = 0; n < WG_N / 8; ++n) {
-        const int k = k0 + 8 * n + 2 * (lane & 3);
-        float v0 = acc[4 * n + 2 * half], v1 = acc[4 * n + 2 * half + 1];
-        if (p.pw_bias) {
-          v0 += k < p.K ? to_float(b_pw[k]) : 0.0f;
-          v1 += k + 1 < p.K ? to_float(b_pw[k + 1]) : 0.0f;
-        }
-        if (pix < pixels && k < p.K) {
-          if (pairs) {
-            *reinterpret_cast<u32*>(out + k) = pack_pair(v0, v1);
-          } else {
-            out[k] = from_float(v0);
-            if (k + 1 < p.K) out[k + 1] = from_float(v1);
-          }
-        }
-      }
-    }
+    store_accumulators(acc, y, b_pw, p, pix0 + 64 * m_group,
+                       ((int)blockIdx.y + pass * (int)gridDim.y) * TILE_N + WG_N * n_group);
   }
 }
