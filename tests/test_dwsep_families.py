@@ -48,6 +48,7 @@ def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
     assert not get_family("dwsep_halo_tc").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma_resident").instances(OP, "fp32")
+    assert not get_family("dwsep_wgmma_bulk").instances(OP, "fp32")
     assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
 
 
@@ -80,6 +81,23 @@ def test_halo_tc_is_halo_with_the_tensor_core_depthwise_and_its_padded_halo():
     for other in (p, problem(C=96, K=64, H=14, W=14, R=5, S=5, pad=2, stride=2)):
         assert all("5x5 filters at stride 1" in tc.applicable(i, other)
                    for i in tc.instances(OP, "bf16"))
+
+
+def test_wgmma_bulk_packs_the_weight_first_and_reads_the_packed_copy():
+    resident, bulk = get_family("dwsep_wgmma_resident"), get_family("dwsep_wgmma_bulk")
+    settings = dict(tile_p=64, tile_n=256, producers=2, stages=3, filter=3, k_blocks=1)
+    p = problem(C=728, K=728, H=19, W=19, N=2)
+    a, b = instance("dwsep_wgmma_resident", **settings), instance("dwsep_wgmma_bulk", **settings)
+    assert bulk.defines(b) == {**resident.defines(a), "BULK": 1}
+    tiles = 3 * 12  # 256-channel passes over K, 64-channel chunks of C
+    assert bulk.workspace_bytes(b, p) == tiles * 256 * 128
+    pack, main = bulk.launches(b, p)
+    [plain] = resident.launches(a, p)
+    assert pack.entry == "dwsep_wgmma_bulk_pack" and pack.args[:2] == ("w_pw", "workspace")
+    assert pack.grid[0] * pack.block[0] >= tiles * 256 * 8  # a thread per 16-byte piece
+    assert main.entry == "dwsep_wgmma_bulk" and main.grid == plain.grid
+    assert main.args[:-1] == tuple("workspace" if x == "w_pw" else x for x in plain.args[:-1])
+    assert main.shared_bytes == plain.shared_bytes + 8 + 8 * 3  # the stages' mbarriers
 
 
 def test_the_rules_name_what_they_refuse():
@@ -264,6 +282,8 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
     ("dwsep_wgmma_resident", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0)),
+    ("dwsep_wgmma_bulk", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
+    ("dwsep_wgmma_bulk", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)

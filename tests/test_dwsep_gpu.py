@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.gpu,
 
 OP = "dwsep_fwd"
 FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo", "dwsep_halo_tc",
-            "dwsep_wgmma", "dwsep_wgmma_resident", "vendor")
+            "dwsep_wgmma", "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "vendor")
 EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
     dict(N=1, C=15, H=8, W=8, K=9, R=3, S=3, stride=2, pad=1),  # odd C and K
@@ -45,14 +45,15 @@ EDGES = [  # shape fields beyond the defaults
 def must_serve(family: str, problem) -> bool:
     """The halo and wgmma families copy 16 bytes along channels: multiplier 1 and C a
     multiple of 8 only; dwsep_halo_tc serves 5x5 filters at stride 1; dwsep_wgmma_resident
-    serves more than one pass of 128 output channels over a depthwise tile that fits in shared
-    memory (C up to 1,024 at least)."""
-    if family == "dwsep_wgmma_resident" and (problem.K <= 128 or problem.MC > 1024):
+    and dwsep_wgmma_bulk serve more than one pass of 128 output channels over a depthwise tile
+    that fits in shared memory (C up to 1,024 at least)."""
+    resident = family in ("dwsep_wgmma_resident", "dwsep_wgmma_bulk")
+    if resident and (problem.K <= 128 or problem.MC > 1024):
         return False
     if family == "dwsep_halo_tc" and (problem.R, problem.S, problem.stride) != (5, 5, 1):
         return False
     return family not in ("dwsep_halo", "dwsep_halo_tc", "dwsep_wgmma",
-                          "dwsep_wgmma_resident") or (
+                          "dwsep_wgmma_resident", "dwsep_wgmma_bulk") or (
         problem.multiplier == 1 and problem.C % 8 == 0)
 
 

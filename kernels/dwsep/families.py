@@ -467,12 +467,13 @@ class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
                 and (c["stages"] < 6 or c["tile_n"] == 128)
                 and self.resident_bytes(c, 1) <= SMEM_OPT_IN]
 
-    @staticmethod
-    def resident_bytes(c: dict[str, Any], chunk_count: int) -> int:
+    stage_barriers = False  # an mbarrier per stage after the rows' descriptors (BULK)
+
+    def resident_bytes(self, c: dict[str, Any], chunk_count: int) -> int:
         """1 KB to align the tiles, the weight's stages, the resident A (tile_p rows of 128
-        bytes per chunk of 64 channels) and the rows' descriptors."""
+        bytes per chunk of 64 channels), the rows' descriptors and any stage barriers."""
         return (1024 + 128 * (c["stages"] * c["tile_n"] + chunk_count * c["tile_p"])
-                + 12 * c["tile_p"])
+                + 12 * c["tile_p"] + (8 + 8 * c["stages"] if self.stage_barriers else 0))
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
         return self.resident_bytes(c, -(-p.MC // 64))
@@ -489,6 +490,38 @@ class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
         return super().refuses(instance, p)
 
 
+class DwsepWgmmaBulk(DwsepWgmmaResident):
+    """dwsep_wgmma_resident with the pointwise weight packed by a first launch into the stages'
+    own image ([K tiles][chunks][tile_n swizzled rows of 128 bytes], in the workspace), so that
+    each stage arrives by one bulk copy on the TMA engine, issued by one producer thread and
+    awaited on the stage's mbarrier, instead of tile_n x 8 cp.async spread over the producers
+    (wgmma_resident.cu with BULK). The timed interval holds both launches. Config fields:
+    dwsep_wgmma_resident's."""
+
+    name = "dwsep_wgmma_bulk"
+    short = "wgmma_bulk"
+    stage_barriers = True
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        return {**super().defines(instance), "BULK": 1}
+
+    @staticmethod
+    def packed_tiles(c: dict[str, Any], p: DwsepProblem) -> int:
+        return -(-p.K // c["tile_n"]) * -(-p.MC // 64)
+
+    def workspace_bytes(self, instance: Instance, problem: DwsepProblem) -> int:
+        return self.packed_tiles(instance.settings, problem) * instance.settings["tile_n"] * 128
+
+    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
+        c = instance.settings
+        pieces = self.packed_tiles(c, problem) * c["tile_n"] * 8
+        pack = Launch(f"{self.name}_pack", (-(-pieces // 256), 1, 1), (256, 1, 1),
+                      ("w_pw", "workspace", dwsep_params(problem)))
+        [main] = super().launches(instance, problem)
+        args = tuple("workspace" if a == "w_pw" else a for a in main.args)
+        return [pack, Launch(main.entry, main.grid, main.block, args, main.shared_bytes)]
+
+
 FAMILY = register(DwsepChunked())
 RESIDENT_FAMILY = register(DwsepResident())
 STREAM_FAMILY = register(DwsepStream())
@@ -496,6 +529,8 @@ HALO_FAMILY = register(DwsepHalo())
 HALO_TC_FAMILY = register(DwsepHaloTc())
 WGMMA_FAMILY = register(DwsepWgmma())
 WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
-__all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream",
-           "DwsepWgmma", "DwsepWgmmaResident", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
-           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_FAMILY", "WGMMA_RESIDENT_FAMILY"]
+WGMMA_BULK_FAMILY = register(DwsepWgmmaBulk())
+__all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream", "DwsepWgmma",
+           "DwsepWgmmaBulk", "DwsepWgmmaResident", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
+           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_FAMILY",
+           "WGMMA_RESIDENT_FAMILY"]

@@ -18,7 +18,8 @@
 // consumers free only after that very step: STAGES - 2 is the most that cannot deadlock).
 //
 // Dynamic shared memory (dwsep/families.py): 1024 (alignment) + STAGES * TILE_N * 128 + chunks
-// * TILE_P * 128 bytes (chunks = MC / 64 rounded up) and TILE_P row descriptors. Macros:
+// * TILE_P * 128 bytes (chunks = MC / 64 rounded up) and TILE_P row descriptors (with BULK,
+// the stages' mbarriers after them: 8 + 8 * STAGES bytes more). Macros:
 // TILE_P (64 or 128), TILE_N (64 to 256), STAGES (2 to 7), PRODUCERS (1 or 2), WARPS_M =
 // TILE_P / 16, WARPS_N = 1, KC = 64, FILTER (3: R = S = 3 in registers; 0: any size).
 #define WG_N (TILE_N > 256 ? 256 : TILE_N)
@@ -40,6 +41,56 @@
 
 #include "dwsep_wgmma.cuh"
 
+#ifndef BULK
+#define BULK 0
+#endif
+#if BULK
+// dwsep_wgmma_bulk: the pointwise weight packed beforehand (dwsep_wgmma_bulk_pack) into the
+// stages' own image, [K tiles][chunks][TILE_N rows of 128 bytes, swizzled], so that a stage
+// arrives by one bulk copy (the TMA engine) issued by one producer thread and signalled on the
+// stage's mbarrier, instead of TILE_N * 8 cp.async spread over the producers.
+#define RESIDENT_KERNEL dwsep_wgmma_bulk
+
+// One thread per 16-byte piece of the packed weight; zeros past K and MC.
+extern "C" __global__ void dwsep_wgmma_bulk_pack(const elem_t* __restrict__ w_pw,
+                                                 unsigned char* __restrict__ packed,
+                                                 DwsepParams p) {
+  const int chunks = (p.MC + 63) / 64, k_tiles = (p.K + TILE_N - 1) / TILE_N;
+  const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  const int piece = (int)(i & 7), row = (int)((i >> 3) % TILE_N);
+  const long tile = (i >> 3) / TILE_N;  // k tile * chunks + chunk
+  if (tile >= (long)k_tiles * chunks) return;
+  const int k = (int)(tile / chunks) * TILE_N + row, j = (int)(tile % chunks) * 64 + 8 * piece;
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (k < p.K && j < p.MC) v = __ldg(reinterpret_cast<const uint4*>(w_pw + (long)k * p.MC + j));
+  *reinterpret_cast<uint4*>(packed + tile * TILE_N * ROW_BYTES + sw128_offset(row, piece)) = v;
+}
+
+__device__ __forceinline__ void mbar_init(u64* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+// One thread: the stage's bytes expected on `bar`, then the bulk copy that brings them.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, u64* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+#else
+#define RESIDENT_KERNEL dwsep_wgmma_resident
+#endif
+
 // The producer's end of a step: its copies landed (all but the newest `pending` groups), its
 // stores and copies made visible to wgmma, the stage handed to the consumers.
 template <int PENDING>
@@ -48,9 +99,17 @@ __device__ __forceinline__ void hand_over(int step) {
   fence_proxy_async();
   barrier_arrive(FULL_BARRIER + step % STAGES);
 }
+#if BULK
+// hand_over with the step's stage awaited on its mbarrier.
+__device__ __forceinline__ void hand_over_bulk(int step, u64* bars) {
+  mbar_wait(bars + step % STAGES, (step / STAGES) & 1);
+  fence_proxy_async();
+  barrier_arrive(FULL_BARRIER + step % STAGES);
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-dwsep_wgmma_resident(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
+RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
                      const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
                      const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
                      elem_t* __restrict__ y, DwsepParams p) {
@@ -75,6 +134,15 @@ dwsep_wgmma_resident(const elem_t* __restrict__ x, const elem_t* __restrict__ w_
   const int wg = threadIdx.x >> 7;
 
   rows_of(rows, p, pix0);
+#if BULK
+  // the stages' mbarriers after the rows' descriptors (8-byte aligned)
+  u64* bars = reinterpret_cast<u64*>(
+      (reinterpret_cast<unsigned long long>(rows + TILE_P) + 7ull) & ~7ull);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(bars + s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+#endif
   __syncthreads();
 
   if (wg >= CONSUMERS) {  // a producer: the weight's chunks, and in the first pass A's
@@ -84,14 +152,30 @@ dwsep_wgmma_resident(const elem_t* __restrict__ x, const elem_t* __restrict__ w_
       const int s = step % STAGES;
       if (step >= STAGES) barrier_wait(EMPTY_BARRIER + s);  // step - STAGES's wgmma done
       const int k0 = ((int)blockIdx.y + pass * (int)gridDim.y) * TILE_N;
+#if BULK
+      if (t == 0)  // the packed stage of (k tile, chunk), STAGE_BYTES in one piece
+        bulk_copy(stages + s * STAGE_BYTES,
+                  reinterpret_cast<const unsigned char*>(w_pw) +
+                      ((long)(k0 / TILE_N) * chunks + c) * STAGE_BYTES,
+                  STAGE_BYTES, bars + s);
+#else
       load_weight(stages + s * STAGE_BYTES, w_pw, p, k0, c * 64, t);
       cp_async_commit();
+#endif
       if (pass == 0)
         fill_chunk(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64);
+#if BULK
+      if (step >= LAG) hand_over_bulk(step - LAG, bars);
+#else
       if (step >= LAG) hand_over<LAG>(step - LAG);
+#endif
       if (++c == chunks) c = 0, ++pass;
     }
+#if BULK
+    for (int step = max(steps - LAG, 0); step < steps; ++step) hand_over_bulk(step, bars);
+#else
     for (int step = max(steps - LAG, 0); step < steps; ++step) hand_over<0>(step);
+#endif
     return;
   }
 
