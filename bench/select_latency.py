@@ -1,24 +1,29 @@
 """Selection latency, side by side: the C export of this checkout against the C export that an
-earlier revision's generator writes for the same model, and the Python Selector, one shape per
-call on one core.
+earlier revision's generator writes for the same model, and the Python Selector over each, one
+shape per call on one core.
 
 For each operator (--ops) of the recordings: one model (the default split and training
 settings, or --rounds / --learning-rate / --keep-within), its C export built by this checkout
-and, with --baseline-rev REV, by farm/select/cexport.py as it was at REV (git show); both run in
-one driver process each, alternately (--rounds-of-timing times), over the same shapes (the
-held-out problems, then generated ones) and the same `allowed` masks. Reports the median over
-the runs of each p50 and p99 (microseconds per `best` call) and whether the two exports choose
-alike (they differ only where the guard of this checkout reorders a choice). Writes
+(with --pruned also one generated with pruning) and, with --baseline-rev REV, by
+farm/select/cexport.py as it was at REV (git show; given the guard depth and the text fields
+where its c_source takes them); each runs in one driver process, alternately
+(--rounds-of-timing times), over the same shapes (the held-out problems, then generated ones)
+and the same `allowed` masks. Reports the median over the runs of each p50 and p99
+(microseconds per `best` call), how many shapes each other export chooses as this checkout's
+does, the Python Selector's latency over this checkout's export (and over the baseline's) and
+how many of its choices match this checkout's C export. Writes
 bench/results/select_latency.json (--name, --out).
 
 Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
            [--ops conv2d_fwd ...] [--baseline-rev 9ab08c5 [--baseline-file cexport.py]]
+           [--pruned]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import os
 import subprocess
 import sys
@@ -31,15 +36,17 @@ from bench.common import cpu_name, write_result
 from bench.select_eval import latency, query_shapes
 from farm.select.catalogue import compile_cache_resources, no_resources
 from farm.select.cdriver import run_driver
-from farm.select.cexport import symbol_prefix
+from farm.select.cexport import c_source, symbol_prefix
 from farm.select.data import load_dataset
-from farm.select.export import C_FILE, bundle_files, c_files, parse
+from farm.select.export import C_FILE, MODEL, bundle_files, c_files, parse
 from farm.select.selector import Selector
 from farm.select.train import TrainConfig, train
 from farm.store import open_store
+from kernels.registry import operator_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CURRENT = "this checkout"
+PRUNED = "this checkout, pruned"
 
 
 def generator_at(rev: str, folder: Path, text: str | None = None):
@@ -57,6 +64,24 @@ def generator_at(rev: str, folder: Path, text: str | None = None):
     return module
 
 
+def export_with(generate, files: dict[str, str], note: str, **options) -> str:
+    """The C export of a bundle's core files by `generate` (a c_source), with the guard depth
+    and text fields where it takes them and `options`."""
+    spec, catalogue, info = parse(files)
+    prefix = symbol_prefix(info["operator"], info["arch"], info["dtype"])
+    given = {"guard_depth": int(info.get("train_config", {}).get("guard_depth", 0)),
+             "text_fields": tuple(operator_spec(info["operator"]).problem_type.TEXT_FIELDS),
+             **options}
+    accepted = inspect.signature(generate).parameters
+    return generate(spec, catalogue, files[MODEL], info["kind"], prefix, note,
+                    **{k: v for k, v in given.items() if k in accepted})
+
+
+def agreement(picks: dict[str, list[int]]) -> dict[str, str]:
+    """How many shapes each other export chooses as this checkout's does."""
+    mine = picks[CURRENT]
+    return {name: f"{sum(x == y for x, y in zip(mine, chosen))}/{len(mine)}"
+            for name, chosen in picks.items() if name != CURRENT}
 
 
 def time_exports(sources: dict[str, str], prefix: str, shapes, masks, folder: Path,
@@ -67,7 +92,7 @@ def time_exports(sources: dict[str, str], prefix: str, shapes, masks, folder: Pa
     for _ in range(runs):
         for name, source in sources.items():
             chosen, timing = run_driver(source, prefix, shapes, masks, folder / name,
-                                        repeats=3, strict=name == CURRENT)
+                                        repeats=3, strict=name in (CURRENT, PRUNED))
             picks[name] = chosen
             times[name].append(timing)
     return {name: {"p50_us": float(np.median([t[0] for t in ts])),
@@ -85,6 +110,8 @@ def main() -> None:
                         help="also time the C export that REV's generator writes")
     parser.add_argument("--baseline-file", type=Path, default=None, metavar="PY",
                         help="REV's farm/select/cexport.py, saved (a copy without git history)")
+    parser.add_argument("--pruned", action="store_true",
+                        help="also time this checkout's export generated with pruning")
     parser.add_argument("--rounds", type=int, default=TrainConfig.rounds)
     parser.add_argument("--learning-rate", type=float, default=TrainConfig.learning_rate)
     parser.add_argument("--keep-within", type=float, default=None)
@@ -116,10 +143,11 @@ def main() -> None:
             files[C_FILE] = c_files(files)[C_FILE]
             prefix = symbol_prefix(model.operator, model.arch, model.dtype)
             sources = {CURRENT: files[C_FILE]}
+            if args.pruned:
+                sources[PRUNED] = export_with(c_source, files, PRUNED, prune=True)
+            baseline = f"at {args.baseline_rev}"
             if old is not None:
-                spec, catalogue, info = parse(files)
-                sources[f"at {args.baseline_rev}"] = old.c_source(
-                    spec, catalogue, files["model.txt"], info["kind"], prefix, "baseline")
+                sources[baseline] = export_with(old.c_source, files, "baseline")
             selector = Selector(files, "c")
             shapes = query_shapes(data, args.shapes)
             masks = [selector.allowed(p) for p in shapes]
@@ -127,19 +155,27 @@ def main() -> None:
             timed, picks = time_exports(sources, prefix, numbers, masks, folder / op,
                                         args.rounds_of_timing)
             python = latency(selector.select, shapes)
-            agree = None
-            if len(picks) == 2:
-                a, b = picks.values()
-                agree = f"{sum(x == y for x, y in zip(a, b))}/{len(a)}"
-            figures["operators"][op] = {"candidates": len(model.catalogue),
-                                        "trees": model.metrics["trees"], "kind": model.kind,
-                                        "c_export": timed, "python_selector": python,
-                                        "same_choice": agree}
+            agree = agreement(picks)
+            python_agree = sum(c >= 0 and selector.names[c] == s for c, s in
+                               zip(picks[CURRENT], selector.select_many(shapes)))
+            entry = {"candidates": len(model.catalogue), "trees": model.metrics["trees"],
+                     "kind": model.kind, "c_export": timed, "python_selector": python,
+                     "same_choice": agree.get(baseline),
+                     "python_same_choice": f"{python_agree}/{len(shapes)}"}
+            if old is not None:
+                entry["python_selector_baseline"] = latency(
+                    Selector({**files, C_FILE: sources[baseline]}, "c").select, shapes)
+            if args.pruned:
+                entry["same_choice_pruned"] = agree[PRUNED]
+            figures["operators"][op] = entry
             line = " | ".join(f"{n} p50 {t['p50_us']:.1f} us p99 {t['p99_us']:.1f} us"
                               for n, t in timed.items())
+            before = entry.get("python_selector_baseline")
             print(f"{op}: {len(model.catalogue)} candidates, {model.metrics['trees']} trees: "
                   f"C {line} | Python Selector p50 {python['p50_us']:.1f} us"
-                  + (f" | same choice {agree}" if agree else ""), flush=True)
+                  + (f" (baseline export {before['p50_us']:.1f} us)" if before else "")
+                  + "".join(f" | same choice {n}: {a}" for n, a in agree.items())
+                  + f" | Python as C: {entry['python_same_choice']}", flush=True)
         store.engine.dispose()
     device = {"cpu": cpu_name(), "cores": os.cpu_count(),
               "note": "one shape per call on one core; no GPU involved"}

@@ -7,15 +7,19 @@ LightGBM trees from the text model as leaf masks (trees.py), with LightGBM's mis
 folded into each comparison. Each piece of work is done as rarely as it can be: the shape's sizes
 once per call; the splits on device constants and instance columns at generation, as one mask
 per tree and candidate; the splits on the shape once per tree and call; only the splits on the
-interactions per candidate, without branches, in one loop over the candidates per tree that
-the compiler vectorises (a split whose leaves the instance columns have cleared for every
-candidate is left out; one whose leaves the shape has cleared keeps every leaf). Leaves are
-added tree by tree in the model's order, so the costs are LightGBM's raw scores bit for bit. A
-tree with more leaves than a mask holds is written as nested if/else code. The caller supplies
-applicability (`allowed`, one byte per candidate, NULL for all): its kernels' launch rules
-live with the dispatcher, as the descriptors' do in Python. `rank` and `best` apply the
-guard of farm.select.guard: among the model's GUARD_DEPTH best allowed candidates, those of
-no reference-speed family whose measured support holds the shape come first.
+interactions per candidate, without branches, in loops over the candidates that the compiler
+vectorises, GROUP trees in one pass (a block; a split whose leaves the instance columns have
+cleared for every candidate is left out). Leaves are added tree by tree in the model's order, so
+the costs are LightGBM's raw scores bit for bit. A tree with more leaves than a mask holds is
+written as nested if/else code. The caller supplies applicability (`allowed`, one byte per
+candidate, NULL for all): its kernels' launch rules live with the dispatcher, as the
+descriptors' do in Python. `costs` evaluates every candidate; `rank` and `best` only the
+allowed ones, gathered into a list (padded to whole vectors), and apply the guard of
+farm.select.guard: among the model's GUARD_DEPTH best allowed candidates, those of no
+reference-speed family whose measured support holds the shape come first. Generated with
+`prune`, they also drop between blocks the candidates that the bounds of their remaining leaves
+show cannot be needed (exact, see prune(); on the models measured the bounds are too wide to
+pay for the check, so it is off by default).
 
     int  P_count(void);  const char *P_name(int i);
     int  P_costs(const int64_t shape[F], double *cost);   lower is better, one per candidate
@@ -43,7 +47,7 @@ from farm.select.trees import LeafMasks, Split, Tree, leaf_masks, nan_left, pars
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _HELPERS = ("cdiv", "fdiv", "vmin", "vmax")
 GROUP = 8  # trees whose leaves are added in one pass over the candidates
-LANES = 4  # candidate loops cover whole multiples of this, so that they vectorise without tails
+LANES = 8  # candidate loops cover whole multiples of this, so that they vectorise without tails
 _DEBRUIJN = 0x03F79D71B4CB0A89
 
 
@@ -113,7 +117,8 @@ def _names(formula: str) -> set[str]:
 class _Columns:
     """Where the C code finds each feature column: the shape's values (v_NAME, once per call),
     values known at generation (device constants, instance columns of each candidate) and the
-    interactions (X[j][c], per candidate and call). Records which ones the code reads."""
+    interactions (X[j][i], per evaluated candidate i = 0, 1, ... of catalogue index idx[i]).
+    Records which ones the code reads."""
 
     def __init__(self, spec: FeatureSpec, table: np.ndarray) -> None:
         self.names, self.table = spec.names, table
@@ -134,40 +139,58 @@ class _Columns:
         return float(self.table[c, f - self.instance])
 
     def expr(self, f: int) -> str:
-        """A column's value in code that loops over the candidates (c)."""
+        """A column's value in code that loops over the evaluated candidates (i)."""
         if f < self.instance:
             self.read.add(self.names[f])
             return f"v_{self.names[f]}"
         if f < self.interactions:
-            return f"INST[{f - self.instance}][c]"
-        return f"X[{self.stored.setdefault(f, len(self.stored))}][c]"
+            return f"INST[{f - self.instance}][idx[i]]"
+        return f"X[{self.stored.setdefault(f, len(self.stored))}][i]"
 
 
-def _masked_tree(k: int, tree: LeafMasks, cols: _Columns, count: int, padded: int
-                 ) -> tuple[str, list[str], list[int]]:
-    """Tree k as a function of X and its shape mask; the lines of costs() that compute that
-    mask and call it; its fixed mask per candidate (the splits on known values; padding keeps
-    every leaf)."""
+# a loop over candidates 0..n (a multiple of LANES) in whole vectors, without a scalar tail
+VECTOR_LOOP = ("  for (b = 0; b < n; b += LANES)", "    for (i = b; i < b + LANES; i++)")
+
+
+def _all_of(terms: list[str]) -> str:
+    """The AND of `terms` as a balanced tree (independent operations for the vector units)."""
+    while len(terms) > 1:
+        terms = [f"({' & '.join(terms[j:j + 2])})" for j in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def _masked_tree(tree: LeafMasks, cols: _Columns, count: int, j: int
+                 ) -> tuple[list[str], str | None, list[int]]:
+    """A tree as the j-th of a block: the lines of forest() that compute its shape mask
+    s[j]; the test of its splits on interactions (an expression of X[.][i], or None); its
+    fixed mask per candidate (the splits on known values)."""
     known = [sp for sp in tree.splits if cols.known(sp.feature)]
     fixed = [tree.mask(known, lambda sp, c=c: cols.value(sp.feature, c)) for c in range(count)]
-    fixed += [tree.full] * (padded - count)
-    keeps, tests = [], []
-    for sp in tree.splits:
-        if sp.feature < cols.interactions or not any(f & sp.drop for f in fixed[:count]):
-            continue  # decided before the loop, or no candidate keeps the leaves it clears
-        i = len(keeps)
-        keeps.append(f"  const uint64_t k{i} = s & {_mask(sp.drop)} ? {_mask(~sp.drop)} "
-                     f": ~UINT64_C(0);")
-        tests.append(f"KEEP({_test(sp, cols.expr(sp.feature))}, k{i})")
-    loop = (f"  for (c = 0; c < NP; c++)\n    m[c] = s & FIXED[{k}][c]"
-            + "".join(f"\n      & {t}" for t in tests) + ";")
-    function = "\n".join([f"VECTOR_CLONES static void tree{k}(double X[NX][NP], uint64_t s, "
-                          "uint64_t *m) {", "  int c;", *(() if tests else ("  (void)X;",)),
-                          *keeps, loop, "}"])
-    call = [f"  s = {_mask(tree.full)};"]
-    call += [f"  s &= KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)});"
-             for sp in tree.splits if sp.feature < cols.shape]
-    return function, call, fixed
+    keeps = [f"KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)})"
+             for sp in tree.splits
+             if sp.feature >= cols.interactions and any(f & sp.drop for f in fixed)]
+    shape = [f"  s[{j}] = {_mask(tree.full)};"]
+    shape += [f"  s[{j}] &= KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)});"
+              for sp in tree.splits if sp.feature < cols.shape]
+    return shape, _all_of(keeps) if keeps else None, fixed
+
+
+def _block(number: int, trees: Sequence[int], tests: Sequence[str | None]) -> str:
+    """block{number}(): the exit leaves of masked trees `trees` (their interaction `tests`) for
+    candidates idx[0..live), then their values added to the sums, in tree order."""
+    lines = [f"      M[{j}][i] &= {test};" for j, test in enumerate(tests) if test]
+    loop = (*VECTOR_LOOP[:-1], f"{VECTOR_LOOP[-1]} {{", *lines, "    }") if lines else ()
+    return "\n".join([
+        f"VECTOR_CLONES static void block{number}(double X[restrict NX][NP], "
+        "const uint64_t *restrict s,", "    const int *restrict idx, int live, "
+        "double *restrict part) {",
+        f"  uint64_t M[{len(trees)}][NP];", "  const int n = PADDED(live);", "  int b, i;",
+        *(() if lines else ("  (void)X;", "  (void)b;")),
+        "  for (i = 0; i < n; i++) {", f"    const uint64_t *fixed = FIXED{number}[idx[i]];",
+        *(f"    M[{j}][i] = s[{j}] & fixed[{j}];" for j in range(len(trees))), "  }", *loop,
+        "  for (i = 0; i < live; i++) {", "    double t = part[i];",
+        *(f"    t += LEAF{k}[LOWEST(M[{j}][i])];" for j, k in enumerate(trees)),
+        "    part[i] = t;", "  }", "}"])
 
 
 def _branches(t: Tree, n: int, cols: _Columns, indent: str) -> list[str]:
@@ -181,29 +204,48 @@ def _branches(t: Tree, n: int, cols: _Columns, indent: str) -> list[str]:
 
 def _branchy_tree(k: int, t: Tree, cols: _Columns) -> list[str]:
     """Tree k as nested if/else code per candidate (more leaves than a mask holds)."""
-    return ([f"  for (c = 0; c < NC; c++) {{  /* tree {k} */", "    double t = 0.0;"]
-            + _branches(t, 0, cols, "    ") + ["    cost[c] += t;", "  }"])
+    return ([f"  for (i = 0; i < live; i++) {{  /* tree {k} */", "    double t = 0.0;"]
+            + _branches(t, 0, cols, "    ") + ["    part[i] += t;", "  }"])
 
 
-def _value_lines(spec: FeatureSpec, cols: _Columns) -> tuple[list[str], list[str]]:
-    """The shape's values (once per call) and the interactions (per candidate, into X) that
-    the trees read, with what they are computed from."""
-    wanted = set(cols.read) | {cols.names[f] for f in cols.stored}
+def _needed(spec: FeatureSpec, names: set[str]) -> set[str]:
+    """`names` and every value their formulas read, recursively."""
+    wanted = set(names)
     for name, formula in reversed((*spec.shape_formulas, *spec.interactions)):
         if name in wanted:
             wanted |= _names(formula)
-    shape = [f"  const double v_{f} = (double)shape[{i}];"
+    return wanted
+
+
+def _shape_lines(spec: FeatureSpec, wanted: set[str]) -> list[str]:
+    """The shape's values in `wanted` (once per call), each after what it is computed from."""
+    lines = [f"  const double v_{f} = (double)shape[{i}];"
              for i, f in enumerate(spec.inputs) if f in wanted]
-    shape += [f"  const double v_{n} = {_double(v)};" for n, v in spec.constants().items()
+    lines += [f"  const double v_{n} = {_double(v)};" for n, v in spec.constants().items()
               if n in wanted]
-    shape += [f"  const double v_{n} = {c_expression(f)};" for n, f in spec.shape_formulas
-              if n in wanted]
-    per = [f"    const double v_{n} = INST[{spec.instance.index(n)}][c];"
-           for n in INSTANCE if n in wanted]
+    return lines + [f"  const double v_{n} = {c_expression(f)};" for n, f in spec.shape_formulas
+                    if n in wanted]
+
+
+def _features(spec: FeatureSpec, cols: _Columns) -> str:
+    """features(): the interactions the trees read, per evaluated candidate, into X: the
+    instance columns they need gathered first, so that the arithmetic runs as vector loops."""
+    if not cols.stored:
+        return ""
+    wanted = _needed(spec, {cols.names[f] for f in cols.stored})
+    inst = [n for n in INSTANCE if n in wanted]
+    gather = [f"    I[{j}][i] = INST[{spec.instance.index(n)}][idx[i]];"
+              for j, n in enumerate(inst)]
+    per = [f"    const double v_{n} = I[{j}][i];" for j, n in enumerate(inst)]
     per += [f"    const double v_{n} = {c_expression(f)};" for n, f in spec.interactions
             if n in wanted]
-    per += [f"    X[{j}][c] = v_{cols.names[f]};" for f, j in cols.stored.items()]
-    return shape, per
+    per += [f"    X[{j}][i] = v_{cols.names[f]};" for f, j in cols.stored.items()]
+    return "\n".join([
+        "VECTOR_CLONES static void features(const int64_t *shape, const int *restrict idx, "
+        "int n, double X[restrict NX][NP]) {", *_shape_lines(spec, wanted),
+        f"  double I[{max(len(inst), 1)}][NP];", "  int b, i;", "  (void)shape;", "  (void)I;",
+        "  for (i = 0; i < n; i++) {", *gather, "  }", *VECTOR_LOOP[:-1],
+        f"{VECTOR_LOOP[-1]} {{", *("  " + line for line in per), "    }", "}"])
 
 
 def _debruijn() -> list[int]:
@@ -213,55 +255,85 @@ def _debruijn() -> list[int]:
     return table
 
 
-def _forest(trees: Sequence[Tree], cols: _Columns, count: int, padded: int
-            ) -> tuple[list[str], list[str], list[list[int]], list[str]]:
-    """The trees' functions, the lines of costs() that run them in order, the fixed masks
-    (tree x candidate) and the leaf tables."""
-    blocks, fixed, leaves, functions, group = [], [], [], [], []
+class _Forest:
+    """The trees as C: the functions of their blocks, the lines of forest() that run the blocks
+    and the branchy trees in the model's order, the blocks' fixed masks (candidate x tree), the
+    leaf tables, and per block (a branchy tree is one) and candidate the lowest and highest sum
+    of the leaves its fixed masks keep."""
 
-    def flush() -> None:
-        """Add the leaves of the trees in `group` to the costs, in tree order."""
-        if group:
-            blocks.extend(["  for (c = 0; c < NC; c++) {", "    double t = cost[c];"]
-                          + [f"    t += LEAF{k}[LOWEST(M[{i}][c])];" for i, k in enumerate(group)]
-                          + ["    cost[c] = t;", "  }"])
-            group.clear()
+    def __init__(self, trees: Sequence[Tree], cols: _Columns, count: int, prune: bool
+                 ) -> None:
+        self.prune = prune
+        self.functions: list[str] = []
+        self.lines: list[str] = []
+        self.fixed: list[list[list[int]]] = []
+        self.leaves: list[str] = []
+        self.low: list[np.ndarray] = []
+        self.high: list[np.ndarray] = []
+        self.group: list[tuple[int, LeafMasks, list[int], str | None]] = []
+        for k, t in enumerate(trees):
+            masks = leaf_masks(t)
+            if masks is None:
+                self.flush()
+                self.lines += _branchy_tree(k, t, cols)
+                self.end_block(np.full(count, min(t.leaves)), np.full(count, max(t.leaves)))
+                continue
+            lines, test, rows = _masked_tree(masks, cols, count, len(self.group))
+            self.lines += lines
+            self.group.append((k, masks, rows, test))
+            self.leaves.append(f"static const double LEAF{k}[{len(masks.leaves)}] = {{\n  "
+                               f"{_rows(list(masks.leaves), 4)}}};")
+            if len(self.group) == GROUP:
+                self.flush()
+        self.flush()
+        if prune and self.low:
+            self.lines.pop()  # nothing to prune after the last block
 
-    for k, t in enumerate(trees):
-        masks = leaf_masks(t)
-        if masks is None:
-            flush()
-            blocks += _branchy_tree(k, t, cols)
-            fixed.append([0] * padded)
-            continue
-        function, lines, rows = _masked_tree(k, masks, cols, count, padded)
-        functions.append(function)
-        blocks += lines + [f"  tree{k}(X, s, M[{len(group)}]);"]
-        group.append(k)
-        if len(group) == GROUP:
-            flush()
-        fixed.append(rows)
-        leaves.append(f"static const double LEAF{k}[{len(masks.leaves)}] = {{\n  "
-                      f"{_rows(list(masks.leaves), 4)}}};")
-    flush()
-    return functions, blocks, fixed, leaves
+    def flush(self) -> None:
+        """The group's block: its function, fixed masks and bounds, and its call."""
+        if not self.group:
+            return
+        number = len(self.functions)
+        trees, _, rows, tests = zip(*self.group)
+        self.functions.append(_block(number, trees, tests))
+        self.fixed.append([list(row) for row in zip(*rows)])
+        self.lines.append(f"  block{number}(X, s, idx, live, part);")
+        reach = [[np.array([v for b, v in enumerate(masks.leaves) if f >> b & 1]) for f in fixed]
+                 for _, masks, fixed, _ in self.group]
+        self.end_block(sum(np.array([r.min() for r in tree]) for tree in reach),
+                       sum(np.array([r.max() for r in tree]) for tree in reach))
+        self.group = []
+
+    def end_block(self, low: np.ndarray, high: np.ndarray) -> None:
+        self.low.append(low)
+        self.high.append(high)
+        if self.prune:
+            self.lines.append(f"  if (k) live = prune(idx, part, X, live, {len(self.low)}, k);")
+
+    def rest(self, sign: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate and block b >= 1: the lowest and highest cost still to come from
+        blocks b on (sums of leaves of the raw score, negated where the cost is)."""
+        low = np.cumsum(np.array(self.low[::-1]), axis=0)[::-1][1:].T
+        high = np.cumsum(np.array(self.high[::-1]), axis=0)[::-1][1:].T
+        return (-high, -low) if sign else (low, high)
 
 
-def _tables(table: np.ndarray, padded: int, fixed: list[list[int]], leaves: list[str],
-            code: Sequence[str]) -> str:
-    """The instance columns (where `code` reads them) and the trees' masks and leaves."""
+def _tables(table: np.ndarray, forest: _Forest, code: Sequence[str]) -> str:
+    """The instance columns (where `code` reads them), the blocks' fixed masks and the trees'
+    leaves."""
     out = []
     if any("INST[" in line for line in code):
-        inst = np.vstack([table, np.repeat(table[-1:], padded - len(table), axis=0)])
-        out.append("static const double INST[NI][NP] = {\n  " + ",\n  ".join(
-            "{" + _rows([float(v) for v in col], 4) + "}" for col in inst.T) + "};")
-    if leaves:
-        out += ["/* per tree and candidate: the leaves kept by the splits on known values */",
-                "static const uint64_t FIXED[NT][NP] = {\n  " + ",\n  ".join(
-                    "{" + _rows([_mask(m) for m in row], 3) + "}" for row in fixed) + "};",
-                "#if !defined(__GNUC__) && !defined(__clang__)",
+        out.append("static const double INST[NI][NC] = {\n  " + ",\n  ".join(
+            "{" + _rows([float(v) for v in col], 4) + "}" for col in table.T) + "};")
+    if forest.leaves:
+        out.append("/* per block, candidate and tree: the leaves kept by the splits on known "
+                   "values */")
+        out += [f"static const uint64_t FIXED{b}[NC][{len(block[0])}] = {{\n  " + ",\n  ".join(
+                    "{" + _rows([_mask(m) for m in row], 4).replace("\n", "\n ") + "}"
+                    for row in block) + "};" for b, block in enumerate(forest.fixed)]
+        out += ["#if !defined(__GNUC__) && !defined(__clang__)",
                 f"static const unsigned char DEBRUIJN[64] = {{\n  {_rows(_debruijn(), 16)}}};",
-                "#endif", *leaves]
+                "#endif", *forest.leaves]
     return "\n".join(out)
 
 
@@ -271,6 +343,74 @@ SAFE_BODY = """  if (REFERENCE[c]) return 0;
     if (!(v >= SUPPORT_LOW[c * NF + f] && v <= SUPPORT_HIGH[c * NF + f])) return 0;
   }
   return 1;"""
+
+
+def _margin(trees: Sequence[Tree]) -> float:
+    """More than rounding can move a sum of leaves (or a bound of one, summed at generation in
+    another order) from the exact sum: a bound of any partial sum's size, times the unit
+    roundoff, times the additions on the way, with room to spare."""
+    largest = sum(max(abs(v) for v in t.leaves) for t in trees)
+    return 8.0 * (len(trees) + 2) * 2.0**-53 * (largest + 1.0)
+
+
+def _prune(forest: _Forest, trees: Sequence[Tree], sign: str) -> str:
+    """prune() and its tables: the candidates that can still be needed after a block."""
+    low, high = forest.rest(sign)
+    tables = "\n".join(
+        f"static const double {name}[NC][{len(forest.low) - 1}] = {{\n  " + ",\n  ".join(
+            "{" + _rows([float(v) for v in row], 4).replace("\n", "\n ") + "}"
+            for row in values) + "};"
+        for name, values in (("REST_LOW", low), ("REST_HIGH", high)))
+    return f"""/* per candidate and block b >= 1: its lowest and highest cost from blocks b on (the
+   leaves its fixed masks keep), and more than rounding moves a sum of leaves */
+{tables}
+static const double MARGIN = {_double(_margin(trees))};
+
+/* keeps low[0..k) the k lowest values offered, in order (start: all INFINITY) */
+static void offer(double *low, int k, double v) {{
+  int j = k - 1;
+  if (!(v < low[j])) return;
+  for (; j > 0 && low[j - 1] > v; j--) low[j] = low[j - 1];
+  low[j] = v;
+}}
+
+/* Keeps, of the `live` candidates summed over the blocks before `block`, those whose cost can
+   still be among the k lowest or in the guard's head (up to the GUARD_DEPTH-th lowest of a
+   family that is not reference-speed): not one whose lowest possible cost exceeds both the
+   k-th lowest highest possible cost and the head's by more than rounding explains. Compacts
+   the others in order with their sums and values (padding repeats the last); returns how
+   many are left. */
+static int prune(int *idx, double *part, double X[NX][NP], int live, int block, int k) {{
+  double low[NP], head[GUARD_DEPTH + 1], limit, most = -INFINITY;
+  int i, j, kept = 0;
+  if (live <= k) return live;
+  for (i = 0; i < k; i++) low[i] = INFINITY;
+  for (i = 0; i < GUARD_DEPTH; i++) head[i] = INFINITY;
+  for (i = 0; i < live; i++) {{
+    const double high = {sign}part[i] + REST_HIGH[idx[i]][block - 1];
+    const double lowest = {sign}part[i] + REST_LOW[idx[i]][block - 1];
+    offer(low, k, high);
+    if (GUARD_DEPTH > 1 && !REFERENCE_OF(idx[i])) offer(head, GUARD_DEPTH, high);
+    most = lowest > most ? lowest : most;
+  }}
+  limit = low[k - 1];
+  if (GUARD_DEPTH > 1 && head[GUARD_DEPTH - 1] > limit) limit = head[GUARD_DEPTH - 1];
+  limit += MARGIN;
+  if (!(most > limit)) return live;
+  for (i = 0; i < live; i++)
+    if ({sign}part[i] + REST_LOW[idx[i]][block - 1] <= limit) {{
+      idx[kept] = idx[i];
+      part[kept] = part[i];
+      for (j = 0; j < NX; j++) X[j][kept] = X[j][i];
+      kept++;
+    }}
+  for (i = kept; i < PADDED(kept); i++) {{
+    idx[i] = idx[kept - 1];
+    part[i] = part[kept - 1];
+    for (j = 0; j < NX; j++) X[j][i] = X[j][kept - 1];
+  }}
+  return kept;
+}}"""
 
 
 def _guard_tables(catalogue: Sequence[CatalogueEntry], fields: Sequence[int]) -> str:
@@ -287,22 +427,42 @@ def _guard_tables(catalogue: Sequence[CatalogueEntry], fields: Sequence[int]) ->
             f"static const double SUPPORT_HIGH[NC * NF] = {{{nl}{_rows(high, 4)}}};")
 
 
+def _forest_function(spec: FeatureSpec, cols: _Columns, forest: _Forest, features: str) -> str:
+    """forest(): the sums of leaves of the candidates idx[0..live)."""
+    shape_lines = _shape_lines(spec, _needed(spec, cols.read))
+    x = "double X[NX][NP];" if features else "double X[NX][NP] = {{0.0}};"
+    return "\n".join([
+        "/* The sums of leaves (raw scores, in the model's order) of candidates idx[0..live)",
+        "   (room for NP) into part. Generated with pruning and given k > 0, only of those that",
+        "   may be among the k best or in the guard's head: returns how many those are, idx",
+        "   and part compacted to them. */",
+        f"static int forest(const int64_t shape[{len(spec.inputs)}], int *idx, int live, "
+        "double *part, int k) {", *shape_lines, f"  {x}",
+        *(("  uint64_t s[GROUP];",) if forest.leaves else ()),
+        "  int i, n = PADDED(live);", "  (void)shape;", "  (void)k;",
+        "  for (i = live; i < n; i++) idx[i] = idx[live - 1];",
+        *(("  features(shape, idx, n, X);",) if features else ()),
+        "  for (i = 0; i < n; i++) part[i] = 0.0;", *forest.lines, "  return live;", "}"])
+
+
 def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text: str,
              kind: str, prefix: str, note: str = "", guard_depth: int = 0,
-             text_fields: Sequence[str] = ()) -> str:
+             text_fields: Sequence[str] = (), prune: bool = False) -> str:
     """The C file of a model (see the module docstring for its interface); `text_fields`: the
-    shape fields that take names (not part of a candidate's support)."""
+    shape fields that take names (not part of a candidate's support); `prune`: rank and best
+    drop candidates by bounds between blocks (see prune())."""
     trees = parse_trees(model_text)
     table = instance_matrix(spec, catalogue)
     count = len(catalogue)
-    padded = -(-count // LANES) * LANES
     cols = _Columns(spec, table)
-    functions, blocks, fixed, leaves = _forest(trees, cols, count, padded)
-    shape_lines, per_lines = _value_lines(spec, cols)
+    forest = _Forest(trees, cols, count, prune)
+    features = _features(spec, cols)
+    sign = "" if kind == "regressor" else "-"
+    run = _forest_function(spec, cols, forest, features)
     names = ", ".join('"' + e.name.replace('"', "") + '"' for e in catalogue)
     fields = support_fields(spec.inputs, text_fields)
     safe_body = "  return 1;" if not fields else SAFE_BODY
-    sign = "" if kind == "regressor" else "-"
+    pruning = _prune(forest, trees, sign) if prune and len(forest.low) > 1 else ""
     return f"""/* farm-select C export (generated; do not edit). {prefix}
  * {note}
  * Model: LightGBM {kind}, {len(trees)} trees, {len(spec.names)} features (version {spec.version}),
@@ -311,22 +471,27 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #include <stdint.h>
 
 #define NC {count}
-#define NP {padded}  /* candidates rounded up to whole vector loops (padding repeats the last) */
-#define NT {len(trees)}
+#define LANES {LANES}  /* candidate loops cover whole multiples of this, so that they vectorise */
+#define PADDED(n) (((n) + LANES - 1) / LANES * LANES)  /* padding repeats the last candidate */
+#define NP PADDED(NC)
 #define NI {len(spec.instance)}
 #define NX {max(len(cols.stored), 1)}
-#define GROUP {GROUP}  /* trees whose leaves are added in one pass over the candidates */
+#define GROUP {GROUP}  /* trees whose leaves are added in one pass over the candidates: a block */
 #define NF {max(len(fields), 1)}  /* the shape fields a candidate's support bounds */
 #define GUARD_DEPTH {guard_depth if guard_depth > 1 else 0}  /* the best this many: safe first */
 #define REFERENCE_OF(c) {"REFERENCE[c]" if fields else "0"}
 /* all ones where the test passes, else the mask that clears the left subtree's leaves */
 #define KEEP(test, keep) ((test) ? ~UINT64_C(0) : (keep))
-/* x86-64 with glibc: AVX2 copies of the tree loops beside the portable ones, the one to run
- * chosen when the library loads (values unchanged) */
+/* GCC: floor and ceil as vector instructions too (values unchanged: no trap is relied on) */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+/* x86-64 with glibc: AVX-512 and AVX2 copies of the candidate loops beside the portable ones,
+ * the one to run chosen when the library loads (values unchanged) */
 #ifdef __has_attribute
 #if __has_attribute(target_clones) && defined(__x86_64__) && defined(__GLIBC__) \\
     && !defined(__AVX2__)
-#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 #endif
 #ifndef VECTOR_CLONES
@@ -340,7 +505,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #endif
 
 static const char *const NAMES[NC] = {{{names}}};
-{_tables(table, padded, fixed, leaves, (*per_lines, *blocks))}
+{_tables(table, forest, (features, run))}
 {_guard_tables(catalogue, fields) if fields else ""}
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -354,23 +519,21 @@ static MAYBE_UNUSED double fdiv(double a, double b) {{ return floor(a / b); }}
 static MAYBE_UNUSED double vmin(double a, double b) {{ return (a < b) | (a != a) ? a : b; }}
 static MAYBE_UNUSED double vmax(double a, double b) {{ return (a > b) | (a != a) ? a : b; }}
 
-{chr(10).join(functions)}
+{features}
+{chr(10).join(forest.functions)}
+{pruning}
+
+{run}
 
 int {prefix}_count(void) {{ return NC; }}
 const char *{prefix}_name(int i) {{ return i >= 0 && i < NC ? NAMES[i] : 0; }}
 
 int {prefix}_costs(const int64_t shape[{len(spec.inputs)}], double *cost) {{
-{chr(10).join(shape_lines)}
-  {"double X[NX][NP];" if cols.stored or leaves else ""}
-  {"uint64_t s, M[GROUP][NP];" if leaves else ""}
-  int c;
-  (void)shape;
-  for (c = 0; c < NP; c++) {{
-{chr(10).join(per_lines)}
-  }}
-  for (c = 0; c < NC; c++) cost[c] = 0.0;
-{chr(10).join(blocks)}
-  for (c = 0; c < NC; c++) cost[c] = {sign}cost[c];
+  double part[NP];
+  int idx[NP], c;
+  for (c = 0; c < NC; c++) idx[c] = c;
+  forest(shape, idx, NC, part, 0);
+  for (c = 0; c < NC; c++) cost[c] = {sign}part[c];
   return NC;
 }}
 
@@ -381,24 +544,29 @@ static int safe(const int64_t *shape, int c) {{
 
 int {prefix}_rank(const int64_t shape[{len(spec.inputs)}], const unsigned char *allowed, int k,
           int *out) {{
-  double cost[NC];
-  unsigned char taken[NC];
-  int order[NC];
-  int found = 0, plain = 0, head = 0;
-  for (int c = 0; c < NC; c++) taken[c] = allowed && !allowed[c];
-  {prefix}_costs(shape, cost);
-  /* best first, until k are found and the guard's head is whole: up to and including the
-     GUARD_DEPTH-th candidate of a family that is not reference-speed */
-  for (; found < NC && (found < k || (GUARD_DEPTH > 1 && plain < GUARD_DEPTH)); found++) {{
+  double cost[NP];
+  unsigned char taken[NP];
+  int idx[NP], order[NC];
+  int live = 0, found = 0, plain = 0, head = 0;
+  for (int c = 0; c < NC; c++)
+    if (!allowed || allowed[c]) idx[live++] = c;
+  /* the sums of the allowed candidates only (with pruning, of those that can be needed) */
+  if (live) live = forest(shape, idx, live, cost, k > 1 ? k : 1);
+  for (int i = 0; i < live; i++) {{
+    cost[i] = {sign}cost[i];
+    taken[i] = 0;
+  }}
+  /* best first (ties: catalogue order), until k are found and the guard's head is whole: up
+     to and including the GUARD_DEPTH-th candidate of a family that is not reference-speed */
+  for (; found < live && (found < k || (GUARD_DEPTH > 1 && plain < GUARD_DEPTH)); found++) {{
     int best = -1;
-    for (int c = 0; c < NC; c++)
-      if (!taken[c] && (best < 0 || cost[c] < cost[best])) best = c;
-    if (best < 0) break;
+    for (int i = 0; i < live; i++)
+      if (!taken[i] && (best < 0 || cost[i] < cost[best])) best = i;
     taken[best] = 1;
-    order[found] = best;
+    order[found] = idx[best];
     if (plain < GUARD_DEPTH) {{
       head = found + 1;
-      plain += !REFERENCE_OF(best);
+      plain += !REFERENCE_OF(order[found]);
     }}
   }}
   if (GUARD_DEPTH > 1 && head > 1) {{

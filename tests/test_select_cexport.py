@@ -1,0 +1,161 @@
+"""The C export's `best` and `rank` against the full costs: they sum only the allowed candidates
+(and, generated with pruning, drop those whose bounds show they cannot be needed), yet must
+choose exactly what ordering every allowed candidate by its full cost (`costs`, LightGBM's raw
+scores) and guarding the head chooses. On a small model trained on SYNTHETIC measurements."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from farm.select.cexport import GROUP, _Columns, _Forest, c_source, symbol_prefix
+from farm.select.export import MODEL
+from farm.select.features import feature_matrix, instance_matrix
+from farm.select.guard import guarded_order, reference_flags
+from farm.select.selector import compile_shared
+from farm.select.trees import leaf_masks, parse_trees
+from kernels.conv.problem import CONV_FIELDS, ConvProblem
+from kernels.registry import operator_spec
+from tests.test_select import DTYPE, problems, trained
+
+CLONES = 'target_clones("avx512f", "avx2", "default")'
+
+
+@pytest.fixture(scope="module")
+def fwd(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cexport")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("FARM_SELECT_CACHE", str(folder / "cache"))
+    yield trained(folder, "conv2d_fwd", 150, 60)
+    patch.undo()
+
+
+class Export:
+    """A Selector's model exported to C (`model_text` for its trees) and loaded through
+    ctypes; `portable`: without the vector copies of its loops (what other machines run)."""
+
+    def __init__(self, selector, model_text: str, folder, portable: bool = False,
+                 **options) -> None:
+        s = selector
+        self.count, self.prefix = len(s.names), symbol_prefix(s.operator, s.arch, s.dtype)
+        text_fields = tuple(operator_spec(s.operator).problem_type.TEXT_FIELDS)
+        source = c_source(s.spec, s.catalogue, model_text, s.kind, self.prefix, "",
+                          s.guard_depth, text_fields, **options)
+        if portable:
+            assert CLONES in source
+            source = source.replace(f"__attribute__(({CLONES}))", "")
+        self.lib = ctypes.CDLL(str(compile_shared(source, folder)))
+
+    def _call(self, name: str, p, *args):
+        values = p.number_values()
+        return getattr(self.lib, f"{self.prefix}_{name}")(
+            (ctypes.c_int64 * len(values))(*values), *args)
+
+    def _mask(self, allowed):
+        return None if allowed is None else (ctypes.c_ubyte * self.count)(*map(int, allowed))
+
+    def costs(self, p) -> np.ndarray:
+        out = np.zeros(self.count)
+        self._call("costs", p, out.ctypes.data_as(ctypes.c_void_p))
+        return out
+
+    def rank(self, p, allowed, k: int) -> list[int]:
+        out = (ctypes.c_int * self.count)()
+        return list(out[:self._call("rank", p, self._mask(allowed), k, out)])
+
+    def best(self, p, allowed) -> int:
+        return self._call("best", p, self._mask(allowed))
+
+
+def expected(cost, allowed, safe, reference, depth: int, k: int) -> list[int]:
+    """Every allowed candidate by its full cost (ties: catalogue order), the head guarded."""
+    order = [int(i) for i in np.argsort(cost, kind="stable") if allowed is None or allowed[i]]
+    kept = guarded_order(order, [safe[i] for i in order], depth,
+                         [bool(reference[i]) for i in order])
+    return kept[:k]
+
+
+def masks(selector, p, rng) -> list:
+    """The family rules' mask, every candidate (NULL), and random ones from sparse to dense."""
+    n = len(selector.names)
+    return [selector.allowed(p), None, *(rng.random(n) < q for q in (0.05, 0.2, 0.5, 0.9))]
+
+
+def held_out(env) -> list[ConvProblem]:
+    rows = env.data.part("holdout")[list(CONV_FIELDS)].drop_duplicates()
+    return [ConvProblem.from_fields("conv2d_fwd", DTYPE, r) for r in rows.to_dict("records")]
+
+
+def check(export: Export, selector, full_costs, shapes, seed: int) -> int:
+    """Asserts costs, rank (several k) and best against the full costs on `shapes`, each with
+    several `allowed` masks; how many shape and mask pairs were compared."""
+    s, rng, compared = selector, np.random.default_rng(seed), 0
+    reference = reference_flags([e.family for e in s.catalogue])
+    for p in shapes:
+        cost, safe = full_costs(p), s.safe(p)
+        np.testing.assert_array_equal(export.costs(p), cost)
+        for allowed in masks(s, p, rng):
+            for k in (1, 2, 3, 7, len(s.names)):
+                want = expected(cost, allowed, safe, reference, s.guard_depth, k)
+                assert export.rank(p, allowed, k) == want, (p.label(), k)
+            assert export.best(p, allowed) == (want[0] if want else -1), p.label()
+            compared += 1
+    return compared
+
+
+def test_best_and_rank_are_the_full_costs_order_with_the_guard(fwd, tmp_path):
+    """Random and held-out shapes, the rules' and random `allowed` masks, several k: the
+    export as generated, with pruning, and its portable loops choose as the full costs."""
+    shapes = problems("conv2d_fwd", 150, seed=31) + held_out(fwd)
+    assert fwd.selector.guard_depth == 2 and len(shapes) > 150
+    for options in ({}, {"prune": True}, {"portable": True}):
+        export = Export(fwd.selector, fwd.files[MODEL], tmp_path, **options)
+        assert check(export, fwd.selector, fwd.slow.costs, shapes, seed=4) == 6 * len(shapes)
+
+
+def scaled(model_text: str, first: int, factor: float) -> str:
+    """The model with the leaves of trees `first` on multiplied by `factor`."""
+    out, tree = [], -1
+    for line in model_text.splitlines():
+        if line.startswith("Tree="):
+            tree = int(line[5:])
+        if line.startswith("leaf_value=") and tree >= first:
+            line = "leaf_value=" + " ".join(repr(float(v) * factor) for v in line[11:].split())
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def bounded_out(selector, model_text: str, shapes) -> int:
+    """How many allowed candidates the bounds after the first block leave out of `best` (the
+    lowest cost and the guard's head), summed over `shapes`: what prune() drops there."""
+    s = selector
+    table = instance_matrix(s.spec, s.catalogue)
+    trees = parse_trees(model_text)
+    sign = "" if s.kind == "regressor" else "-"
+    low, high = _Forest(trees, _Columns(s.spec, table), len(s.catalogue), True).rest(sign)
+    reference = reference_flags([e.family for e in s.catalogue])
+    dropped = 0
+    for p in shapes:
+        allowed = np.array(s.allowed(p))
+        plain = allowed & ~reference
+        if plain.sum() < s.guard_depth:
+            continue
+        x = feature_matrix(s.spec, dict(zip(s.spec.inputs, p.number_values())), table)
+        raw = sum(np.array([leaf_masks(t).leaf(row) for row in x]) for t in trees[:GROUP])
+        part = -raw if sign else raw
+        lowest, highest = part + low[:, 0], part + high[:, 0]
+        limit = max(highest[allowed].min(), np.sort(highest[plain])[s.guard_depth - 1])
+        dropped += int((lowest[allowed] > limit).sum())
+    return dropped
+
+
+def test_pruning_drops_candidates_yet_chooses_as_the_full_costs(fwd, tmp_path):
+    """With the leaves after the first block made small, the bounds leave most candidates out
+    after it: the pruned export sums few of them, and still chooses as the full costs."""
+    text = scaled(fwd.files[MODEL], GROUP, 1e-3)
+    assert all(leaf_masks(t) is not None for t in parse_trees(text)[:GROUP])
+    shapes = problems("conv2d_fwd", 120, seed=32) + held_out(fwd)
+    assert bounded_out(fwd.selector, text, shapes[:40]) > 3 * 40
+    full = Export(fwd.selector, text, tmp_path)
+    pruned = Export(fwd.selector, text, tmp_path, prune=True)
+    assert check(pruned, fwd.selector, full.costs, shapes, seed=5) == 6 * len(shapes)
