@@ -6,7 +6,6 @@ scores) and guarding the head chooses. On a small model trained on SYNTHETIC mea
 import ctypes
 
 import numpy as np
-import pytest
 
 from farm.select.cexport import GROUP, _Columns, _Forest, c_source, symbol_prefix
 from farm.select.export import MODEL
@@ -16,18 +15,9 @@ from farm.select.selector import compile_shared
 from farm.select.trees import leaf_masks, parse_trees
 from kernels.conv.problem import CONV_FIELDS, ConvProblem
 from kernels.registry import operator_spec
-from tests.test_select import DTYPE, problems, trained
+from tests.test_select import DTYPE, fwd, problems  # noqa: F401 - fwd: the trained model
 
 CLONES = 'target_clones("avx512f", "avx2", "default")'
-
-
-@pytest.fixture(scope="module")
-def fwd(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cexport")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("FARM_SELECT_CACHE", str(folder / "cache"))
-    yield trained(folder, "conv2d_fwd", 150, 60)
-    patch.undo()
 
 
 class Export:

@@ -9,6 +9,7 @@ launch geometry."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from kernels.dwsep.operator import dwsep_params, tensor_args, wgmma_consumers
@@ -518,8 +519,8 @@ class DwsepWgmmaBulk(DwsepWgmmaResident):
         pack = Launch(f"{self.name}_pack", (-(-pieces // 256), 1, 1), (256, 1, 1),
                       ("w_pw", "workspace", dwsep_params(problem)))
         [main] = super().launches(instance, problem)
-        args = tuple("workspace" if a == "w_pw" else a for a in main.args)
-        return [pack, Launch(main.entry, main.grid, main.block, args, main.shared_bytes)]
+        return [pack, replace(main, args=tuple("workspace" if a == "w_pw" else a
+                                                  for a in main.args))]
 
 
 FAMILY = register(DwsepChunked())
