@@ -48,6 +48,9 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
     c = instance.settings
     if instance.family == "conv_igemm":
         base = _igemm_us(problem, c)
+    elif instance.family == "conv_wgmma":  # Hopper's wgmma: the same tiles, a faster core
+        warps = 4 * (c["block_m"] // 64 + c["producers"])
+        base = 0.7 * _igemm_us(problem, {**c, "warps_m": warps, "warps_n": 1, "vec": 8})
     elif instance.family == "conv_direct":
         base = _direct_us(problem, c)
     else:

@@ -127,7 +127,8 @@ class ConvOperator(OperatorSpec):
 
         nan, cfg = float("nan"), config
         threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_m" in cfg
-                          else nan)
+                          else 128 * (cfg["block_m"] // 64 + cfg["producers"])
+                          if "producers" in cfg else nan)
         out = {"threads": threads, "tile_m": cfg.get("block_m", nan),
                "tile_n": cfg.get("block_n", nan), "tile_k": cfg.get("block_k", nan),
                "tile_w": cfg.get("tile_w", nan), "split": cfg.get("split_k", 1),

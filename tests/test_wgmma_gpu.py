@@ -1,0 +1,45 @@
+"""conv_wgmma on a Hopper GPU: every instance against the reference on edge shapes, in every
+direction (skipped where there is no GPU; an sm_90a compile is needed, so other GPUs record
+compile errors, which this test reports)."""
+
+import pytest
+
+from farm.gpu import list_devices
+from kernels.conv.problem import CONV_OPERATORS, ConvProblem
+from tests.gpu_verify import verify_on_edges
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
+
+# Channels a group multiples of 8 (the family's rule), the rest at its edges: channels not
+# multiples of the 64-wide k-tile or of the block's columns, ragged GEMM rows, odd sizes,
+# stride 2 with odd inputs, dilation, 1x1 maps, N = 1, groups, a reduction of one k-tile and
+# one of many, more than one tile in every GEMM dimension.
+EDGES = [
+    dict(N=2, C=64, K=64, G=1, H=8, W=8, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=40, K=24, G=1, H=13, W=11, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=3, C=48, K=72, G=1, H=1, W=1, R=1, S=1),
+    dict(N=2, C=32, K=24, G=1, H=17, W=15, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+    dict(N=2, C=32, K=32, G=4, H=12, W=12, R=3, S=3, dil_h=2, dil_w=2, pad_h=2, pad_w=2),
+    dict(N=4, C=64, K=136, G=1, H=14, W=14, R=1, S=1, stride_h=2, stride_w=2),
+    dict(N=1, C=256, K=256, G=32, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=16, K=16, G=2, H=10, W=6, R=3, S=1, pad_h=1),
+    dict(N=8, C=128, K=128, G=1, H=28, W=28, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=520, K=264, G=1, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=24, K=40, G=1, H=31, W=29, R=7, S=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3),
+    dict(N=1, C=1024, K=256, G=1, H=14, W=14, R=1, S=1),
+]
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from farm.worker import GpuWorker
+    return GpuWorker()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("op", CONV_OPERATORS)
+def test_every_wgmma_instance_is_right(worker, op, dtype):
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in EDGES]
+    failures = verify_on_edges(worker, op, dtype, ["conv_wgmma"], problems)
+    assert not failures, "\n".join(failures[:40])
