@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from farm.gpu.base import Device, KernelArgs
-from kernels.family import Launch
+from kernels.family import Launch, TensorMap
 
 
 class Runnable(Protocol):
@@ -19,12 +19,18 @@ class Runnable(Protocol):
         """After enqueue: make the problem's output buffer hold the result (for verification)."""
 
 
-def pack_args(launch: Launch, pointers: dict[str, int]) -> KernelArgs:
-    """Buffer names become device pointers; ctypes structures pass by value."""
+def pack_args(launch: Launch, pointers: dict[str, int], device: Device | None = None
+              ) -> KernelArgs:
+    """Buffer names become device pointers; ctypes structures pass by value; tensor maps are
+    encoded by `device` over their buffer."""
     packed: list[tuple[str, Any]] = []
     for arg in launch.args:
         if isinstance(arg, str):
             packed.append(("ptr", pointers[arg]))
+        elif isinstance(arg, TensorMap):
+            if device is None:
+                raise ValueError(f"{launch.entry}: a tensor map argument needs the device")
+            packed.append(("bytes", device.tensor_map(pointers[arg.buffer], arg)))
         elif isinstance(arg, ctypes.Structure):
             packed.append(("bytes", bytes(arg)))
         elif isinstance(arg, float):
@@ -45,7 +51,7 @@ class LaunchSequence:
     def build(cls, device: Device, module: Any, launches: list[Launch],
               pointers: dict[str, int]) -> LaunchSequence:
         return cls(device, tuple((device.function(module, step.entry), step.grid, step.block,
-                                  step.shared_bytes, pack_args(step, pointers))
+                                  step.shared_bytes, pack_args(step, pointers, device))
                                  for step in launches))
 
     def enqueue(self) -> None:

@@ -53,8 +53,22 @@ class Launch:
     entry: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    args: tuple[Any, ...]  # buffer names (str) resolve to device pointers; others pass as is
+    args: tuple[Any, ...]  # buffer names (str) resolve to device pointers, TensorMaps to their
+    # descriptors; others pass as is
     shared_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A Hopper tensor map (TMA descriptor) over a named buffer, built on the host when the
+    launch is prepared and passed by value: `dims` innermost first, in 16-bit elements;
+    `strides` in bytes, of dims[1:]; `box` the elements one copy moves; 128-byte swizzle;
+    zeros where the box leaves the tensor."""
+
+    buffer: str
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
 
 
 class KernelFamily(abc.ABC):

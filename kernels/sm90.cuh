@@ -133,3 +133,48 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[128], u64 da, u64 db) {
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(da), "l"(db), "r"(1), "n"(TRANS_A), "n"(TRANS_B));
 }
+
+// A tensor map (TMA descriptor) passed by value as a __grid_constant__ kernel parameter.
+struct alignas(64) TensorMap {
+  u64 opaque[16];
+};
+
+// Shared-memory barriers (mbarrier) on which bulk tensor copies complete.
+__device__ __forceinline__ void sm90_mbar_init(u64* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sm90_smem(bar)), "r"(count));
+}
+__device__ __forceinline__ void sm90_mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One thread's arrival, with the bytes the copies that follow will bring.
+__device__ __forceinline__ void sm90_mbar_expect(u64* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sm90_smem(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void sm90_mbar_wait(u64* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(sm90_smem(bar)),
+      "r"(parity)
+      : "memory");
+}
+// The box of a 2D / 4D tensor map at coordinates (c0 innermost, ...) into shared memory.
+__device__ __forceinline__ void sm90_tma_2d(void* dst, const TensorMap& map, int c0, int c1,
+                                            u64* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(sm90_smem(dst)),
+      "l"(reinterpret_cast<u64>(&map)), "r"(c0), "r"(c1), "r"(sm90_smem(bar))
+      : "memory");
+}
+__device__ __forceinline__ void sm90_tma_4d(void* dst, const TensorMap& map, int c0, int c1,
+                                            int c2, int c3, u64* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(sm90_smem(dst)),
+      "l"(reinterpret_cast<u64>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(sm90_smem(bar))
+      : "memory");
+}

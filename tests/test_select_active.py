@@ -58,7 +58,8 @@ def test_the_coordinator_queues_the_batch_as_a_job_of_the_candidate_families(fwd
     summary = fwd.store.job(job)
     assert summary.status == "queued" and "active-sampling conv2d_fwd" in summary.name
     spec = fwd.store.job_spec(job)["spec"]
-    assert sorted(k["family"] for k in spec["kernels"]) == ["conv_direct", "conv_igemm", "conv_naive"]
+    assert sorted(k["family"] for k in spec["kernels"]) == [
+        "conv_direct", "conv_igemm", "conv_naive", "conv_wgmma"]
     assert spec["problems"][0]["inline"] == batch.fields()
 
 

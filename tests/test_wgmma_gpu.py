@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.gpu,
 # Channels a group multiples of 8 (the family's rule), the rest at its edges: channels not
 # multiples of the 64-wide k-tile or of the block's columns, ragged GEMM rows, odd sizes,
 # stride 2 with odd inputs, dilation, 1x1 maps, N = 1, groups, a reduction of one k-tile and
-# one of many, more than one tile in every GEMM dimension.
+# one of many, more than one tile in every GEMM dimension, more tiles than blocks.
 EDGES = [
     dict(N=2, C=64, K=64, G=1, H=8, W=8, R=3, S=3, pad_h=1, pad_w=1),
     dict(N=1, C=40, K=24, G=1, H=13, W=11, R=3, S=3, pad_h=1, pad_w=1),
@@ -28,6 +28,9 @@ EDGES = [
     dict(N=2, C=520, K=264, G=1, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
     dict(N=2, C=24, K=40, G=1, H=31, W=29, R=7, S=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3),
     dict(N=1, C=1024, K=256, G=1, H=14, W=14, R=1, S=1),
+    # more tiles than the persistent grid's blocks: the stages' ring runs on across tiles
+    dict(N=8, C=64, K=72, G=1, H=56, W=56, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=512, K=512, G=1, H=4, W=4, R=3, S=3, pad_h=1, pad_w=1),
 ]
 
 

@@ -156,6 +156,10 @@ class Device(ABC):
     def fingerprint(self) -> dict:
         """gpu_name, arch, sm_count, sm_clock_mhz, memory_bytes, l2_bytes, driver_version..."""
 
+    def tensor_map(self, pointer: int, spec: Any) -> bytes:
+        """The 128-byte tensor map (kernels.family.TensorMap) over `pointer`, by value."""
+        raise GpuError(LAUNCH_REJECTED, f"{self.runtime or 'this'} runtime has no tensor maps")
+
     @abstractmethod
     def alloc(self, nbytes: int) -> int: ...
 

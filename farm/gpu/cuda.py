@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import struct
 from functools import cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -277,6 +278,23 @@ class CudaDevice(Device):
 
     def function(self, module: Any, name: str) -> Any:
         return _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+
+    def tensor_map(self, pointer: int, spec: Any) -> bytes:
+        """cuTensorMapEncodeTiled: 16-bit elements, 128-byte swizzle, zeros out of bounds."""
+        rank, u64, u32 = len(spec.dims), driver.cuuint64_t, driver.cuuint32_t
+        try:
+            result = driver.cuTensorMapEncodeTiled(
+                driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, pointer,
+                [u64(d) for d in spec.dims], [u64(s) for s in spec.strides],
+                [u32(b) for b in spec.box], [u32(1)] * rank,
+                driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        except (TypeError, ValueError, OverflowError) as exc:  # a field out of its type's range
+            raise GpuError(LAUNCH_REJECTED, f"cuTensorMapEncodeTiled {spec}: {exc}") from exc
+        tmap = _check(result, f"cuTensorMapEncodeTiled {spec}", unknown=LAUNCH_REJECTED)
+        return struct.pack("<16Q", *(int(word) for word in tmap.opaque))
 
     def launch(self, function: Any, grid: Sequence[int], block: Sequence[int],
                shared_bytes: int, args: KernelArgs | Sequence[tuple[str, int | float]]) -> None:

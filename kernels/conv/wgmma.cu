@@ -8,15 +8,23 @@
 //  - BLOCK_M / 64 consumer warpgroups issue m64nBLOCK_Nk16 wgmma on their 64 rows of the stage
 //    and hold the fp32 accumulators; at the end they write the tile (or, for a backward-weight
 //    slice of the reduction, add it into the fp32 workspace that split_k.cuh converts).
+// Blocks are persistent: each takes every gridDim.x-th tile of its grid z slice, the stages'
+// ring running on from one tile to the next, so that the producers load the next tile while
+// the consumers write the last one.
 // Named barriers FULL (producers arrive, consumers wait) and EMPTY (the reverse) per stage. A
-// producer hands a k-tile over LAG = STAGES - 2 k-tiles late, so that the copies of LAG + 1
-// k-tiles are in flight at once.
+// producer hands a k-tile over LAG = (STAGES - 1) / 2 k-tiles late, so that the copies of
+// LAG + 1 k-tiles are in flight at once.
+// With TMA, the operand that is a plain strided tensor arrives by bulk tensor copies instead
+// (tensor maps built on the host, conv/wgmma.py), issued by one producer thread and completed
+// on the stage's mbarrier, which the consumers wait on besides FULL: TMA 1 is fwd's and
+// bwd_data's weight (B) or bwd_weight's dy (A); TMA 2 is fwd's weight and, for a 1x1
+// convolution of stride 1 without padding and groups, its input (A) too.
 // Operands with K contiguous in memory (fwd A and B, bwd_data A) are K-major tiles; the others
 // (bwd_data B, bwd_weight A and B) MN-major, read by wgmma transposed (sm90.cuh's layouts).
 //
-// Dynamic shared memory (conv/wgmma.py): 1024 (alignment) + STAGES * (BLOCK_M + BLOCK_N) * 128.
-// Macros: IGEMM_OP (0 fwd, 1 bwd_data, 2 bwd_weight), BLOCK_M (64, 128), BLOCK_N (64, 128,
-// 256), STAGES (2 to 7), PRODUCERS (1 or 2).
+// Dynamic shared memory (conv/wgmma.py): 1024 (alignment) + STAGES * (BLOCK_M + BLOCK_N) * 128
+// + 64 (the mbarriers). Macros: IGEMM_OP (0 fwd, 1 bwd_data, 2 bwd_weight), BLOCK_M (64, 128),
+// BLOCK_N (64, 128, 256), STAGES (2 to 7), PRODUCERS (1 or 2), TMA (0, 1, 2).
 #include "../common.cuh"
 #include "../sm90.cuh"
 
@@ -34,6 +42,29 @@
 #endif
 #ifndef PRODUCERS
 #define PRODUCERS 1
+#endif
+#ifndef TMA
+#define TMA 0
+#endif
+#if IGEMM_OP == 0
+#define TMA_A (TMA == 2)
+#define TMA_B (TMA >= 1)
+#elif IGEMM_OP == 1
+#define TMA_A 0
+#define TMA_B (TMA == 1)
+#else
+#define TMA_A (TMA == 1)
+#define TMA_B 0
+#endif
+// the kernels' tensor map parameters
+#if TMA_A && TMA_B
+#define MAPS , const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b
+#elif TMA_A
+#define MAPS , const __grid_constant__ TensorMap tmap_a
+#elif TMA_B
+#define MAPS , const __grid_constant__ TensorMap tmap_b
+#else
+#define MAPS
 #endif
 #if BLOCK_M % 64 || (BLOCK_N != 64 && BLOCK_N != 128 && BLOCK_N != 256) || STAGES < 2 || \
     STAGES > 7 || PRODUCERS < 1
@@ -65,7 +96,12 @@ constexpr bool A_KMAJOR = IGEMM_OP != 2, B_KMAJOR = IGEMM_OP == 0;
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int MN_BLOCK_BYTES = BK * 128;  // an MN-major tile's 64-wide blocks
 constexpr int FULL = 1, EMPTY = 1 + NST;    // named barrier ids (0 is __syncthreads)
-constexpr int LAG = NST - 2;
+// k-tiles a producer's hand-over trails its copies: the copies of LAG + 1 k-tiles in flight,
+// while the consumers may run NST - 1 - LAG k-tiles ahead of the stage the producer waits to
+// refill (at most NST - 2 cannot deadlock; at NST - 2 every k-tile waits on that round trip).
+// Without cp.async there is nothing to trail.
+constexpr int LAG = TMA_A && TMA_B ? 0 : (NST - 1) / 2;
+constexpr int TMA_BYTES = (TMA_A ? A_BYTES : 0) + (TMA_B ? B_BYTES : 0);
 
 // Element offset of (row, col) in a tile of ROWS x COLS: K-major tiles have COLS = 64 (one
 // 128-byte row a row); MN-major ones ROWS = 64 k-rows and COLS = M or N in 64-wide blocks.
@@ -85,34 +121,54 @@ __device__ __forceinline__ void hand_over(int step) {
   sm90_arrive(FULL + step % NST, WG_THREADS);
 }
 
-// A producer warpgroup's loop over k-tiles [kt0, kt1); t is its thread among the producers.
-template <class LA, class LB>
-__device__ __forceinline__ void produce(unsigned char* stages, const LA& la, const LB& lb,
-                                        int kt0, int kt1) {
-  const int steps = kt1 - kt0;
-  for (int step = 0; step < steps; ++step) {
+// A producer warpgroup's loop over one tile's k-tiles [kt0, kt1): the gathered operands by
+// cp.async from every producer thread, the TMA operands by tma(kt, a, b, mbarrier) from the
+// first. `step` counts the block's k-tiles over all its tiles (the stages' ring goes on).
+template <class LA, class LB, class Tma>
+__device__ __forceinline__ void produce(unsigned char* stages, u64* bars, const LA& la,
+                                        const LB& lb, int kt0, int kt1, int& step, Tma&& tma) {
+  const int t = threadIdx.x - 128 * CONSUMERS;
+  for (int kt = kt0; kt < kt1; ++kt, ++step) {
     const int s = step % NST;
     if (step >= NST) sm90_sync(EMPTY + s, WG_THREADS);  // k-tile step - NST's wgmma done
-    u16* a = reinterpret_cast<u16*>(stages + s * STAGE_BYTES);
-    u16* b = reinterpret_cast<u16*>(stages + s * STAGE_BYTES + A_BYTES);
-    la.visit(kt0 + step, [&](int, int off, const elem_t* src, bool ok) { copy_vec(a + off, src, ok); });
-    lb.visit(kt0 + step, [&](int, int off, const elem_t* src, bool ok) { copy_vec(b + off, src, ok); });
+    unsigned char* a = stages + s * STAGE_BYTES;
+    unsigned char* b = a + A_BYTES;
+    if (TMA_BYTES && t == 0) {
+      sm90_mbar_expect(bars + s, TMA_BYTES);
+      tma(kt, a, b, bars + s);
+    }
+    if (!TMA_A)
+      la.visit(kt, [&](int, int off, const elem_t* src, bool ok) {
+        copy_vec(reinterpret_cast<u16*>(a) + off, src, ok);
+      });
+    if (!TMA_B)
+      lb.visit(kt, [&](int, int off, const elem_t* src, bool ok) {
+        copy_vec(reinterpret_cast<u16*>(b) + off, src, ok);
+      });
     cp_async_commit();
     if (step >= LAG) hand_over<LAG>(step - LAG);
   }
+}
+
+// The producer's last LAG k-tiles handed over, after its last tile (`steps` k-tiles in all).
+__device__ __forceinline__ void produce_end(int steps) {
   for (int step = steps - LAG > 0 ? steps - LAG : 0; step < steps; ++step) hand_over<0>(step);
 }
 
-// A consumer warpgroup's loop: its 64 rows (m_group) of every stage into acc.
+// A consumer warpgroup's loop over one tile's `steps` k-tiles: its 64 rows (m_group) of each
+// stage into acc. `step` counts the block's k-tiles over its tiles, `total` of them: a stage
+// goes back where the producer will fill it again.
 __device__ __forceinline__ void consume(float (&acc)[BN / 2], const unsigned char* stages,
-                                        int m_group, int steps) {
+                                        u64* bars, int m_group, int steps, int& step,
+                                        int total) {
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
   sm90_keep(acc);
   constexpr u32 A_STEP = A_KMAJOR ? 2 : 128, B_STEP = B_KMAJOR ? 2 : 128;  // a k16, in 16 B
-  for (int step = 0; step < steps; ++step) {
+  for (int i = 0; i < steps; ++i, ++step) {
     const int s = step % NST;
     sm90_sync(FULL + s, WG_THREADS);
+    if (TMA_BYTES) sm90_mbar_wait(bars + s, (step / NST) & 1);
     const unsigned char* a = stages + s * STAGE_BYTES + m_group * 64 * 128;
     const u64 da = sm90_desc(a, A_KMAJOR ? 16 : MN_BLOCK_BYTES);
     const u64 db = sm90_desc(stages + s * STAGE_BYTES + A_BYTES, B_KMAJOR ? 16 : MN_BLOCK_BYTES);
@@ -122,10 +178,11 @@ __device__ __forceinline__ void consume(float (&acc)[BN / 2], const unsigned cha
       wgmma_m64k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(acc, da + kk * A_STEP, db + kk * B_STEP);
     sm90_commit();
     sm90_wait<1>();  // the previous k-tile's wgmma is done: its stage goes back
-    if (step >= 1 && step - 1 + NST < steps) sm90_arrive(EMPTY + (step - 1) % NST, WG_THREADS);
+    if (i >= 1 && step - 1 + NST < total) sm90_arrive(EMPTY + (step - 1) % NST, WG_THREADS);
   }
   sm90_wait<0>();
   sm90_keep(acc);
+  if (steps >= 1 && step - 1 + NST < total) sm90_arrive(EMPTY + (step - 1) % NST, WG_THREADS);
 }
 
 // Calls f(row, col, v0, v1) for the consumer's accumulator pairs (col, col + 1): warp w of the
@@ -143,6 +200,17 @@ __device__ __forceinline__ void for_each_pair(const float (&acc)[BN / 2], int m_
   }
 }
 
+// Two values rounded to the element type, packed (v0 in the low half) by one instruction.
+__device__ __forceinline__ u32 pack_rn(float v0, float v1) {
+  u32 d;
+#if FARM_DTYPE == 2
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(v1), "f"(v0));
+#else
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(v1), "f"(v0));
+#endif
+  return d;
+}
+
 // The tile's rows [m0, M) and columns [n0, N) into out at row_offset(m) + column: pairs, as
 // every channel count here is a multiple of 8.
 template <class RowOffset>
@@ -152,21 +220,42 @@ __device__ __forceinline__ void store_pairs(const float (&acc)[BN / 2], int m_gr
   for_each_pair(acc, m_group, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, j = n0 + c;
     if (m < M && j < N)
-      *reinterpret_cast<u32*>(out + row_offset(m) + j) = (u32)from_float(v0) | ((u32)from_float(v1) << 16);
+      *reinterpret_cast<u32*>(out + row_offset(m) + j) = pack_rn(v0, v1);
   });
 }
 
-__device__ __forceinline__ void tile_coords(int N, int& m0, int& n0) {
-  const int ntiles = (N + BN - 1) / BN;  // n fastest: neighbouring blocks share the A rows
-  const int mt = blockIdx.x / ntiles;
-  m0 = mt * BM;
-  n0 = (blockIdx.x - mt * ntiles) * BN;
-}
+// Persistent blocks: block x takes tiles x, x + gridDim.x, ... of the M x N tiles of its grid
+// z slice (every tile of a slice has the same k-tiles), n fastest (neighbouring tiles share
+// their A rows in L2).
+struct Tiles {
+  int n_tiles, count, mine;  // tiles along N, in the slice, this block's
+  __device__ __forceinline__ Tiles(int M, int N) {
+    n_tiles = (N + BN - 1) / BN;
+    count = (M + BM - 1) / BM * n_tiles;
+    const int x = blockIdx.x;
+    mine = count > x ? (count - x + (int)gridDim.x - 1) / (int)gridDim.x : 0;
+  }
+  __device__ __forceinline__ void origin(int i, int& m0, int& n0) const {
+    const int tile = blockIdx.x + i * gridDim.x, mt = tile / n_tiles;
+    m0 = mt * BM;
+    n0 = (tile - mt * n_tiles) * BN;
+  }
+};
 
-__device__ __forceinline__ unsigned char* stage_memory() {
+// The stages (1024-byte aligned) and after them their mbarriers, initialized for TMA.
+__device__ __forceinline__ unsigned char* stage_memory(u64*& bars) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 raw = sm90_smem(smem_raw);
-  return smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  unsigned char* stages = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  bars = reinterpret_cast<u64*>(stages + NST * STAGE_BYTES);
+  if (TMA_BYTES) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < NST; ++s) sm90_mbar_init(bars + s, 1);
+      sm90_mbar_fence_init();
+    }
+    __syncthreads();
+  }
+  return stages;
 }
 
 }  // namespace ig
@@ -174,62 +263,95 @@ __device__ __forceinline__ unsigned char* stage_memory() {
 #if IGEMM_OP == 0
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 conv2d_fwd(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __restrict__ y,
-           ConvParams p) {
+           ConvParams p MAPS) {
   using namespace ig;
   const int g = blockIdx.z, M = p.N * p.P * p.Q, steps = (p.Cg * p.R * p.S + BK - 1) / BK;
-  int m0, n0;
-  tile_coords(p.Kg, m0, n0);
-  if (m0 >= M) return;
-  unsigned char* stages = stage_memory();
-  const int wg = threadIdx.x >> 7;
+  const Tiles tiles(M, p.Kg);
+  if (!tiles.mine) return;
+  u64* bars;
+  unsigned char* stages = stage_memory(bars);
+  const int wg = threadIdx.x >> 7, kg = g * p.Kg;
+  int step = 0, m0, n0;
   if (wg >= CONSUMERS) {
-    const int t = threadIdx.x - 128 * CONSUMERS;
-    LoaderA la;
-    la.init(x, p, g, m0, t);
-    LoaderB lb;
-    lb.init(w, p, g, n0, t);
-    produce(stages, la, lb, 0, steps);
+    for (int i = 0; i < tiles.mine; ++i) {
+      tiles.origin(i, m0, n0);
+      LoaderA la;
+      la.init(x, p, g, m0, threadIdx.x - 128 * CONSUMERS);
+      LoaderB lb;
+      lb.init(w, p, g, n0, threadIdx.x - 128 * CONSUMERS);
+      produce(stages, bars, la, lb, 0, steps, step, [&](int kt, unsigned char* a,
+                                                        unsigned char* b, u64* bar) {
+#if TMA_B  // w as [K][CRS]: the tile's BN rows, 64 columns
+        sm90_tma_2d(b, tmap_b, kt * BK, kg + n0, bar);
+#endif
+#if TMA_A  // x as [NHW][C]: the tile's BM pixels, 64 channels
+        sm90_tma_2d(a, tmap_a, kt * BK, m0, bar);
+#endif
+      });
+    }
+    produce_end(step);
     return;
   }
-  float acc[BN / 2];
-  consume(acc, stages, wg, steps);
-  const int K = p.K, gk = g * p.Kg;
-  store_pairs(acc, wg, y, m0, M, n0, p.Kg, [&](int m) { return m * K + gk; });
+  const int K = p.K, total = tiles.mine * steps;
+  for (int i = 0; i < tiles.mine; ++i) {
+    tiles.origin(i, m0, n0);
+    float acc[BN / 2];
+    consume(acc, stages, bars, wg, steps, step, total);
+    store_pairs(acc, wg, y, m0, M, n0, p.Kg, [&](int m) { return m * K + kg; });
+  }
 }
 
 #elif IGEMM_OP == 1
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 conv2d_bwd_data(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
-                elem_t* __restrict__ dx, ConvParams p) {
+                elem_t* __restrict__ dx, ConvParams p MAPS) {
   using namespace ig;
   Residue rz;
   rz.init(p, blockIdx.z);
-  int m0, n0;
-  tile_coords(p.Cg, m0, n0);
-  if (m0 >= rz.M) return;
+  const Tiles tiles(rz.M, p.Cg);
+  if (!tiles.mine) return;
   const int steps = (rz.ktotal(p) + BK - 1) / BK;  // no taps: zeros
-  unsigned char* stages = stage_memory();
+  u64* bars;
+  unsigned char* stages = stage_memory(bars);
   const int wg = threadIdx.x >> 7;
+  int step = 0, m0, n0;
   if (wg >= CONSUMERS) {
-    const int t = threadIdx.x - 128 * CONSUMERS;
-    LoaderA la;
-    la.init(dy, p, rz, m0, t);
-    LoaderB lb;
-    lb.init(w, p, rz, n0, t);
-    produce(stages, la, lb, 0, steps);
+    for (int i = 0; i < tiles.mine; ++i) {
+      tiles.origin(i, m0, n0);
+      LoaderA la;
+      la.init(dy, p, rz, m0, threadIdx.x - 128 * CONSUMERS);
+      LoaderB lb;
+      lb.init(w, p, rz, n0, threadIdx.x - 128 * CONSUMERS);
+      produce(stages, bars, la, lb, 0, steps, step, [&](int kt, unsigned char*,
+                                                        unsigned char* b, u64* bar) {
+#if TMA_B  // w as [K][R][S][Cg]: one tap (Kg is a multiple of 64), 64 k, BN / 64 blocks of c
+        const int kk = kt * BK, j = kk / p.Kg, k = kk - j * p.Kg, jr = j / rz.tw.count;
+        const int r = rz.th.r0 + jr * rz.th.step;
+        const int s = rz.tw.r0 + (j - jr * rz.tw.count) * rz.tw.step;
+#pragma unroll
+        for (int c = 0; c < BN / 64; ++c)
+          sm90_tma_4d(b + c * MN_BLOCK_BYTES, tmap_b, n0 + 64 * c, s, r, rz.g * p.Kg + k, bar);
+#endif
+      });
+    }
+    produce_end(step);
     return;
   }
-  float acc[BN / 2];
-  consume(acc, stages, wg, steps);
   const int HW = rz.Hr * rz.Wr, Wr = rz.Wr, sh = p.stride_h, sw = p.stride_w;
   const int H = p.H, W = p.W, C = p.C, gc = rz.g * p.Cg, rh = rz.rh, rw = rz.rw;
+  const int total = tiles.mine * steps;
   FastDiv by_hw, by_wr;
   by_hw.init(HW);
   by_wr.init(Wr);
-  store_pairs(acc, wg, dx, m0, rz.M, n0, p.Cg, [&](int m) {
-    const int n = by_hw.div(m), t = m - n * HW, a = by_wr.div(t), b = t - a * Wr;
-    return ((n * H + rh + a * sh) * W + rw + b * sw) * C + gc;
-  });
+  for (int i = 0; i < tiles.mine; ++i) {
+    tiles.origin(i, m0, n0);
+    float acc[BN / 2];
+    consume(acc, stages, bars, wg, steps, step, total);
+    store_pairs(acc, wg, dx, m0, rz.M, n0, p.Cg, [&](int m) {
+      const int n = by_hw.div(m), t = m - n * HW, a = by_wr.div(t), b = t - a * Wr;
+      return ((n * H + rh + a * sh) * W + rw + b * sw) * C + gc;
+    });
+  }
 }
 
 #else
@@ -240,56 +362,78 @@ template <bool SPLIT>
 __device__ __forceinline__ void bwd_weight(const elem_t* __restrict__ x,
                                            const elem_t* __restrict__ dy, elem_t* __restrict__ dw,
                                            const ConvParams& p, float* __restrict__ ws,
-                                           int kt_per_split) {
+                                           int kt_per_split, const TensorMap* tmap_a) {
   using namespace ig;
   const int g = blockIdx.z % p.G, slice = blockIdx.z / p.G;
   const int CRS = p.Cg * p.R * p.S, KT = (p.N * p.P * p.Q + BK - 1) / BK;
-  int m0, n0;
-  tile_coords(CRS, m0, n0);
-  if (m0 >= p.Kg) return;
+  const Tiles tiles(p.Kg, CRS);
+  if (!tiles.mine) return;
   int kt0 = 0, kt1 = KT;
   if (SPLIT) {
     kt0 = slice * kt_per_split;
     kt1 = kt0 + kt_per_split < KT ? kt0 + kt_per_split : KT;
     if (kt1 < kt0) kt1 = kt0;
   }
-  unsigned char* stages = stage_memory();
-  const int wg = threadIdx.x >> 7;
+  u64* bars;
+  unsigned char* stages = stage_memory(bars);
+  const int wg = threadIdx.x >> 7, kg = g * p.Kg;
+  int step = 0, m0, n0;
   if (wg >= CONSUMERS) {
-    const int t = threadIdx.x - 128 * CONSUMERS;
-    LoaderA la;
-    la.init(dy, p, g, m0, t);
-    LoaderB lb;
-    lb.init(x, p, g, n0, t);
-    produce(stages, la, lb, kt0, kt1);
+    for (int i = 0; i < tiles.mine; ++i) {
+      tiles.origin(i, m0, n0);
+      LoaderA la;
+      la.init(dy, p, g, m0, threadIdx.x - 128 * CONSUMERS);
+      LoaderB lb;
+      lb.init(x, p, g, n0, threadIdx.x - 128 * CONSUMERS);
+      produce(stages, bars, la, lb, kt0, kt1, step, [&](int kt, unsigned char* a,
+                                                        unsigned char*, u64* bar) {
+#if TMA_A  // dy as [NPQ][K]: 64 rows of the reduction, BM / 64 blocks of k
+#pragma unroll
+        for (int c = 0; c < BM / 64; ++c)
+          sm90_tma_2d(a + c * MN_BLOCK_BYTES, *tmap_a, kg + m0 + 64 * c, kt * BK, bar);
+#endif
+      });
+    }
+    produce_end(step);
     return;
   }
-  float acc[BN / 2];
-  consume(acc, stages, wg, kt1 - kt0);
-  const int gk = g * p.Kg;
-  if (SPLIT) {
-    for_each_pair(acc, wg, [&](int r, int c, float v0, float v1) {
-      const int m = m0 + r, j = n0 + c;
-      if (m >= p.Kg || j >= CRS) return;
-      float* out = ws + (gk + m) * CRS + j;
-      atomicAdd(out, v0);
-      atomicAdd(out + 1, v1);
-    });
-  } else {
-    store_pairs(acc, wg, dw, m0, p.Kg, n0, CRS, [&](int m) { return (gk + m) * CRS; });
+  const int total = tiles.mine * (kt1 - kt0);
+  for (int i = 0; i < tiles.mine; ++i) {
+    tiles.origin(i, m0, n0);
+    float acc[BN / 2];
+    consume(acc, stages, bars, wg, kt1 - kt0, step, total);
+    if (SPLIT) {
+      for_each_pair(acc, wg, [&](int r, int c, float v0, float v1) {
+        const int m = m0 + r, j = n0 + c;
+        if (m >= p.Kg || j >= CRS) return;
+        float* out = ws + (kg + m) * CRS + j;
+        atomicAdd(out, v0);
+        atomicAdd(out + 1, v1);
+      });
+    } else {
+      store_pairs(acc, wg, dw, m0, p.Kg, n0, CRS, [&](int m) { return (kg + m) * CRS; });
+    }
   }
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 conv2d_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                  elem_t* __restrict__ dw, ConvParams p) {
-  bwd_weight<false>(x, dy, dw, p, nullptr, 0);
+                  elem_t* __restrict__ dw, ConvParams p MAPS) {
+#if TMA_A
+  bwd_weight<false>(x, dy, dw, p, nullptr, 0, &tmap_a);
+#else
+  bwd_weight<false>(x, dy, dw, p, nullptr, 0, nullptr);
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 igemm_bwd_weight_split(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                       float* __restrict__ ws, ConvParams p, int kt_per_split) {
-  bwd_weight<true>(x, dy, nullptr, p, ws, kt_per_split);
+                       float* __restrict__ ws, ConvParams p, int kt_per_split MAPS) {
+#if TMA_A
+  bwd_weight<true>(x, dy, nullptr, p, ws, kt_per_split, &tmap_a);
+#else
+  bwd_weight<true>(x, dy, nullptr, p, ws, kt_per_split, nullptr);
+#endif
 }
 #endif
 

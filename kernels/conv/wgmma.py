@@ -1,13 +1,18 @@
 """conv_wgmma: implicit-GEMM grouped convolution on Hopper's warpgroup matrix instructions
 (sm_90a), every direction, warp-specialized: producer warpgroups gather k-tiles of 64 by
 cp.async into 128-byte-swizzled stages, block_m / 64 consumer warpgroups run wgmma on them and
-hold the accumulators (conv/wgmma.cu). The GEMM view, grid and backward-weight split-K are
-conv_igemm's. Channels a group a multiple of 8 (16-byte copies), bf16 and fp16; other targets
-get the compiler's refusal (the source needs sm_90a).
+hold the accumulators (conv/wgmma.cu); blocks are persistent, as many as the GPU holds, each
+taking every gridDim.x-th tile. The GEMM view and backward-weight split-K are conv_igemm's.
+Channels a group a multiple of 8 (16-byte copies), bf16 and fp16; other targets get the
+compiler's refusal (the source needs sm_90a).
 
 Configuration: block_m x block_n (64 or 128 by 64, 128 or 256), block_k 64, `stages` shared
-memory stages (dynamic, up to 227 KB), `producers` warpgroups and, for backward-weight,
-`split_k` slices of the reduction.
+memory stages (dynamic, up to 227 KB), `producers` warpgroups, `tma` and, for backward-weight,
+`split_k` slices of the reduction. tma 1: the operand that is a plain strided tensor (the
+weight in fwd and bwd_data, dy in bwd_weight) arrives by TMA bulk tensor copies (a tensor map
+per launch) instead of cp.async; tma 2 (fwd): the input too, for 1x1 convolutions of stride 1
+without padding or groups, where it is a plain [N*H*W][C] matrix. backward-data's TMA weight
+needs K/G a multiple of 64 (one filter tap a k-tile).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 from kernels.conv.igemm import GRID_Z_LIMIT, VECTOR_CHANNELS, IGemmConv
 from kernels.conv.operator import conv_params
 from kernels.conv.problem import ConvProblem
-from kernels.family import Instance, Launch, grid_stride_blocks
+from kernels.family import Instance, Launch, TensorMap, grid_stride_blocks
 from kernels.registry import register
 
 BLOCK_K = 64
@@ -30,11 +35,16 @@ TILES = [(128, 256, 1), (128, 128, 1), (128, 64, 1), (64, 256, 1), (64, 128, 1),
          (128, 128, 2), (64, 128, 2), (64, 256, 2)]
 SPLITS = (1, 4, 16, 64)
 SMALLEST = 64
+TMA_MODES = {"conv2d_fwd": (0, 1, 2), "conv2d_bwd_data": (0, 1), "conv2d_bwd_weight": (0, 1)}
+BARRIER_BYTES = 64  # the stages' mbarriers
+SM_COUNT = 132  # for sizing persistent grids; a GPU with fewer multiprocessors runs more waves
+SM_SHARED = 228 * 1024
+SM_REGISTERS = 65536
 
 
 def shared_bytes(config: dict[str, Any]) -> int:
     c = config
-    return ALIGN + c["stages"] * (c["block_m"] + c["block_n"]) * BLOCK_K * 2
+    return ALIGN + c["stages"] * (c["block_m"] + c["block_n"]) * BLOCK_K * 2 + BARRIER_BYTES
 
 
 def threads(config: dict[str, Any]) -> int:
@@ -47,15 +57,25 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
     out = []
     for bm, bn, producers in TILES:
         stage = (bm + bn) * BLOCK_K * 2
-        deepest = min(MAX_STAGES, (SMEM_OPT_IN - ALIGN) // stage)
+        deepest = min(MAX_STAGES, (SMEM_OPT_IN - ALIGN - BARRIER_BYTES) // stage)
         for stages in sorted({deepest, min(deepest, 3)}, reverse=True):
-            config = {"block_m": bm, "block_n": bn, "block_k": BLOCK_K, "stages": stages,
-                      "producers": producers}
-            if op != "conv2d_bwd_weight":
-                out.append(config)
-            else:
-                out += [{**config, "split_k": s} for s in SPLITS]
+            for tma in TMA_MODES[op]:
+                config = {"block_m": bm, "block_n": bn, "block_k": BLOCK_K, "stages": stages,
+                          "producers": producers, "tma": tma}
+                if op != "conv2d_bwd_weight":
+                    out.append(config)
+                else:
+                    out += [{**config, "split_k": s} for s in SPLITS]
     return out
+
+
+def blocks_per_sm(config: dict[str, Any]) -> int:
+    """Blocks one multiprocessor holds: shared memory, threads, and registers estimated from the
+    consumers' accumulators (block_n / 2 a thread) and 64 more (ptxas: 58 to 158 in all)."""
+    regs = config["block_n"] // 2 + 64
+    by_regs = SM_REGISTERS // (threads(config) * regs)
+    return max(1, min(SM_SHARED // (shared_bytes(config) + 1024), 2048 // threads(config),
+                      by_regs))
 
 
 class WgmmaConv(IGemmConv):
@@ -72,6 +92,12 @@ class WgmmaConv(IGemmConv):
     def defines(self, instance: Instance) -> dict[str, int | str]:
         return {k: v for k, v in super().defines(instance).items() if k != "BLOCK_K"}
 
+    def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
+        """Persistent blocks: as many as the GPU holds at once, at most one a tile."""
+        c = instance.settings
+        return (min(self.tiles(instance, p), SM_COUNT * blocks_per_sm(c)), 1,
+                self.grid_z(instance, p))
+
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
         p, c = problem, instance.settings
         if p.op != instance.operator:
@@ -82,6 +108,13 @@ class WgmmaConv(IGemmConv):
             value = p.c_per_group if name == "Cg" else p.k_per_group
             if value % 8:
                 return f"{name}={value} is not a multiple of 8 (16-byte copies, paired stores)"
+        tma = c["tma"]
+        if tma == 2 and (p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.G) != (
+                1, 1, 1, 1, 0, 0, 1):
+            return ("tma=2 reads the input as a plain matrix: 1x1, stride 1, no padding, G=1 "
+                    "only")
+        if tma and p.op == "conv2d_bwd_data" and p.k_per_group % BLOCK_K:
+            return f"tma=1 in bwd_data needs Kg a multiple of {BLOCK_K} (Kg={p.k_per_group})"
         grid_z = self.grid_z(instance, p)
         if grid_z > GRID_Z_LIMIT:
             return f"grid z = {grid_z} over the {GRID_Z_LIMIT} limit"
@@ -94,22 +127,42 @@ class WgmmaConv(IGemmConv):
                         f"mostly idle work, a smaller tile covers it")
         return None
 
+    @staticmethod
+    def tensor_maps(instance: Instance, p: ConvProblem) -> tuple[TensorMap, ...]:
+        """The launch's tensor maps, in the kernel's parameter order (A's, then B's)."""
+        c, tma, crs = instance.settings, instance.settings["tma"], p.c_per_group * p.R * p.S
+        if not tma:
+            return ()
+        if p.op == "conv2d_fwd":
+            weight = TensorMap("w", (crs, p.K), (2 * crs,), (BLOCK_K, c["block_n"]))
+            if tma == 1:
+                return (weight,)
+            pixels = TensorMap("x", (p.C, p.N * p.H * p.W), (2 * p.C,), (BLOCK_K, c["block_m"]))
+            return pixels, weight
+        if p.op == "conv2d_bwd_data":
+            cg = p.c_per_group
+            return (TensorMap("w", (cg, p.S, p.R, p.K), (2 * cg, 2 * cg * p.S, 2 * crs),
+                              (64, 1, 1, BLOCK_K)),)
+        return (TensorMap("dy", (p.K, p.N * p.P * p.Q), (2 * p.K,), (64, BLOCK_K)),)
+
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem
         block, smem = (threads(c), 1, 1), shared_bytes(c)
-        grid, params = self.grid(instance, p), conv_params(p)
+        grid, params, maps = self.grid(instance, p), conv_params(p), self.tensor_maps(instance, p)
         if p.op == "conv2d_fwd":
-            return [Launch("conv2d_fwd", grid, block, ("x", "w", "y", params), smem)]
+            return [Launch("conv2d_fwd", grid, block, ("x", "w", "y", params, *maps), smem)]
         if p.op == "conv2d_bwd_data":
-            return [Launch("conv2d_bwd_data", grid, block, ("dy", "w", "dx", params), smem)]
+            return [Launch("conv2d_bwd_data", grid, block, ("dy", "w", "dx", params, *maps),
+                           smem)]
         splits, per = self.splits(instance, p)
         if splits == 1:
-            return [Launch("conv2d_bwd_weight", grid, block, ("x", "dy", "dw", params), smem)]
+            return [Launch("conv2d_bwd_weight", grid, block, ("x", "dy", "dw", params, *maps),
+                           smem)]
         n = p.tensor_elements()["weight"]
         small = (grid_stride_blocks(n, 256), 1, 1)
         return [Launch("igemm_zero", small, (256, 1, 1), ("workspace", n)),
                 Launch("igemm_bwd_weight_split", grid, block,
-                       ("x", "dy", "workspace", params, per), smem),
+                       ("x", "dy", "workspace", params, per, *maps), smem),
                 Launch("igemm_reduce", small, (256, 1, 1), ("workspace", "dw", n))]
 
 
