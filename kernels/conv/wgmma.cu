@@ -23,7 +23,7 @@
 // (bwd_data B, bwd_weight A and B) MN-major, read by wgmma transposed (sm90.cuh's layouts).
 //
 // Dynamic shared memory (conv/wgmma.py): 1024 (alignment) + STAGES * (BLOCK_M + BLOCK_N) * 128
-// + 64 (the mbarriers). Macros: IGEMM_OP (0 fwd, 1 bwd_data, 2 bwd_weight), BLOCK_M (64, 128),
+// + 64 (the mbarriers). Macros: IGEMM_OP (0 fwd, 1 bwd_data, 2 bwd_weight), BLOCK_M (64, 128, 256),
 // BLOCK_N (64, 128, 256), STAGES (2 to 7), PRODUCERS (1 or 2), TMA (0, 1, 2).
 #include "../common.cuh"
 #include "../sm90.cuh"

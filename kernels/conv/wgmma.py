@@ -29,10 +29,15 @@ BLOCK_K = 64
 MAX_STAGES = 7  # named barriers: 2 per stage of the 15 a block has beside __syncthreads
 SMEM_OPT_IN = 227 * 1024
 ALIGN = 1024
-# (block_m, block_n, producers): one or two consumer warpgroups, at most 384 threads (168
-# registers each: the 128 accumulators of a 64 x 256 consumer)
+# (block_m, block_n, producers): one or two consumer warpgroups; a 64 x 256 consumer's 128
+# accumulators a thread only in blocks of at most 384 threads (168 registers each)
 TILES = [(128, 256, 1), (128, 128, 1), (128, 64, 1), (64, 256, 1), (64, 128, 1), (64, 64, 1),
          (128, 128, 2), (64, 128, 2), (64, 256, 2)]
+# Four consumers (640 threads, 96 registers each): the tall tiles of a long reduction over
+# few tiles, backward-weight's above all. Only where no operand is gathered into 256 rows by
+# the producers, whose 16 row passes spill at 96 registers: backward-weight (the 256 rows are
+# dy's, by TMA or along the contiguous output channels) and the pointwise forward with tma 2.
+TALL_TILES = [(256, 128, 1), (256, 64, 1)]
 SPLITS = (1, 4, 16, 64)
 SMALLEST = 64
 TMA_MODES = {"conv2d_fwd": (0, 1, 2), "conv2d_bwd_data": (0, 1), "conv2d_bwd_weight": (0, 1)}
@@ -55,11 +60,13 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
     """Per tile the deepest pipeline that fits and three stages (less shared memory: two blocks
     a multiprocessor where the registers allow it)."""
     out = []
-    for bm, bn, producers in TILES:
+    for bm, bn, producers in TILES + TALL_TILES:
         stage = (bm + bn) * BLOCK_K * 2
         deepest = min(MAX_STAGES, (SMEM_OPT_IN - ALIGN - BARRIER_BYTES) // stage)
         for stages in sorted({deepest, min(deepest, 3)}, reverse=True):
             for tma in TMA_MODES[op]:
+                if bm == 256 and not (op == "conv2d_bwd_weight" or tma == 2):
+                    continue
                 config = {"block_m": bm, "block_n": bn, "block_k": BLOCK_K, "stages": stages,
                           "producers": producers, "tma": tma}
                 if op != "conv2d_bwd_weight":

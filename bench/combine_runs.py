@@ -1,0 +1,65 @@
+"""The farm's best against the vendor when a family was measured in a run of its own: per shape,
+the better of each run's same-run ratio (its best instance against the vendor measured in that
+run), so that no time is compared across runs. Geometric means per operator and shape class.
+
+    python -m bench.combine_runs bench/results/vs_vendor_networks.json \\
+        bench/results/vs_vendor_networks_wgmma.json --name vs_vendor_networks_combined
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from bench.common import write_result
+
+
+def shapes_of(path: Path) -> dict[tuple[str, str], dict]:
+    data = json.loads(path.read_text())
+    figures = data.get("figures", data)
+    return {(s["op"], s["problem"]): s for s in figures["shapes"]}
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="vs_vendor result files")
+    parser.add_argument("--name", default="vs_vendor_combined")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    runs = [shapes_of(path) for path in args.runs]
+    rows = []
+    for key in sorted(set().union(*runs)):
+        entries = [(i, run[key]) for i, run in enumerate(runs) if run.get(key, {}).get("speedup")]
+        if not entries:
+            continue
+        i, best = max(entries, key=lambda e: e[1]["speedup"])
+        rows.append({"op": key[0], "problem": key[1], "kind": best["kind"],
+                     "speedup": best["speedup"], "from_run": args.runs[i].name,
+                     "best_instance": best["best_instance"],
+                     "per_run": {args.runs[j].name: e["speedup"] for j, e in entries}})
+    summary: dict = defaultdict(dict)
+    for op in sorted({r["op"] for r in rows}):
+        mine = [r for r in rows if r["op"] == op]
+        summary[op]["all"] = geomean([r["speedup"] for r in mine])
+        summary[op]["shapes"] = len(mine)
+        for kind in sorted({r["kind"] for r in mine}):
+            ratios = [r["speedup"] for r in mine if r["kind"] == kind]
+            summary[op][kind] = {"speedup": geomean(ratios), "shapes": len(ratios)}
+        for i, path in enumerate(args.runs):
+            ratios = [r["per_run"][path.name] for r in mine if path.name in r["per_run"]]
+            summary[op][f"run {path.name}"] = geomean(ratios)
+            summary[op][f"best from {path.name}"] = sum(r["from_run"] == path.name for r in mine)
+    figures = {"runs": [p.name for p in args.runs], "summary": summary, "shapes": rows}
+    print(json.dumps(summary, indent=1))
+    print(f"wrote {write_result(args.name, {}, figures, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
