@@ -91,7 +91,8 @@ def test_killing_actors_mid_job_leaves_a_complete_job(db_url, tmp_path):
     store = open_store(db_url, migrate=True)
     data = spec("kill", MEDIUM)
     job_id = submit(store, data, tmp_path)
-    coordinator = Coordinator(store, config(recording(data, tmp_path), replay_pace_s=0.05))
+    # paced so that the pairs left after the second kill outlast the replacement's start
+    coordinator = Coordinator(store, config(recording(data, tmp_path), replay_pace_s=0.3))
     thread, outcomes = in_thread(coordinator, until_idle=True)
     wait_for_rows(store, job_id, 10, alive=thread.is_alive)
     slots = list(coordinator.pool.slots)

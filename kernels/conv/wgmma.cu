@@ -5,8 +5,8 @@
 // A block computes a BLOCK_M x BLOCK_N tile of the GEMM over k-tiles of 64. Its warpgroups:
 //  - PRODUCERS producer warpgroups gather each k-tile's A and B by 16-byte cp.async (zero-fill
 //    for padding, taps and edges) into one of STAGES stages, 128-byte swizzled;
-//  - BLOCK_M / 64 consumer warpgroups issue m64nBLOCK_Nk16 wgmma on their 64 rows of the stage
-//    and hold the fp32 accumulators; at the end they write the tile (or, for a backward-weight
+//  - BLOCK_M / WG_M consumer warpgroups issue m64nBLOCK_Nk16 wgmma on their WG_M rows (one or
+//    two 64-row blocks) of the stage and hold the fp32 accumulators; at the end they write the tile (or, for a backward-weight
 //    slice of the reduction, add it into the fp32 workspace that split_k.cuh converts).
 // Blocks are persistent: each takes every gridDim.x-th tile of its grid z slice, the stages'
 // ring running on from one tile to the next, so that the producers load the next tile while
@@ -23,8 +23,9 @@
 // (bwd_data B, bwd_weight A and B) MN-major, read by wgmma transposed (sm90.cuh's layouts).
 //
 // Dynamic shared memory (conv/wgmma.py): 1024 (alignment) + STAGES * (BLOCK_M + BLOCK_N) * 128
-// + 64 (the mbarriers). Macros: IGEMM_OP (0 fwd, 1 bwd_data, 2 bwd_weight), BLOCK_M (64, 128, 256),
-// BLOCK_N (64, 128, 256), STAGES (2 to 7), PRODUCERS (1 or 2), TMA (0, 1, 2).
+// + 64 (the mbarriers). Macros: IGEMM_OP (0 fwd, 1 bwd_data, 2 bwd_weight), BLOCK_M (64, 128,
+// 256), BLOCK_N (64, 128, 256), WG_M (64, 128: rows a consumer computes), STAGES (2 to 7),
+// PRODUCERS (1 or 2), TMA (0, 1, 2).
 #include "../common.cuh"
 #include "../sm90.cuh"
 
@@ -70,7 +71,13 @@
     STAGES > 7 || PRODUCERS < 1
 #error "conv_wgmma: BLOCK_M a multiple of 64, BLOCK_N 64, 128 or 256, 2 <= STAGES <= 7"
 #endif
-#define CONSUMERS (BLOCK_M / 64)
+#ifndef WG_M
+#define WG_M 64
+#endif
+#if WG_M != 64 && WG_M != 128
+#error "conv_wgmma: a consumer warpgroup computes WG_M = 64 or 128 rows"
+#endif
+#define CONSUMERS (BLOCK_M / WG_M)
 #define WG_THREADS (128 * (CONSUMERS + PRODUCERS))
 
 #include "split_k.cuh"
@@ -155,48 +162,64 @@ __device__ __forceinline__ void produce_end(int steps) {
   for (int step = steps - LAG > 0 ? steps - LAG : 0; step < steps; ++step) hand_over<0>(step);
 }
 
-// A consumer warpgroup's loop over one tile's `steps` k-tiles: its 64 rows (m_group) of each
+// A consumer warpgroup's accumulators: WG_M / 64 row blocks of 64 x BN.
+constexpr int MI = WG_M / 64;
+struct Acc {
+  float c[MI][BN / 2];
+};
+
+// A consumer warpgroup's loop over one tile's `steps` k-tiles: its WG_M rows (m_group) of each
 // stage into acc. `step` counts the block's k-tiles over its tiles, `total` of them: a stage
 // goes back where the producer will fill it again.
-__device__ __forceinline__ void consume(float (&acc)[BN / 2], const unsigned char* stages,
-                                        u64* bars, int m_group, int steps, int& step,
-                                        int total) {
+__device__ __forceinline__ void consume(Acc& acc, const unsigned char* stages, u64* bars,
+                                        int m_group, int steps, int& step, int total) {
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-  sm90_keep(acc);
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc.c[mi][i] = 0.0f;
+    sm90_keep(acc.c[mi]);
+  }
   constexpr u32 A_STEP = A_KMAJOR ? 2 : 128, B_STEP = B_KMAJOR ? 2 : 128;  // a k16, in 16 B
   for (int i = 0; i < steps; ++i, ++step) {
     const int s = step % NST;
     sm90_sync(FULL + s, WG_THREADS);
     if (TMA_BYTES) sm90_mbar_wait(bars + s, (step / NST) & 1);
-    const unsigned char* a = stages + s * STAGE_BYTES + m_group * 64 * 128;
+    const unsigned char* a = stages + s * STAGE_BYTES + m_group * WG_M * 128;
     const u64 da = sm90_desc(a, A_KMAJOR ? 16 : MN_BLOCK_BYTES);
     const u64 db = sm90_desc(stages + s * STAGE_BYTES + A_BYTES, B_KMAJOR ? 16 : MN_BLOCK_BYTES);
     sm90_fence();
+    // a 64-row block of A is 8 KB on in either layout (K-major rows, MN-major blocks)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(acc, da + kk * A_STEP, db + kk * B_STEP);
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+        wgmma_m64k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(acc.c[mi], da + mi * 512 + kk * A_STEP,
+                                                          db + kk * B_STEP);
     sm90_commit();
     sm90_wait<1>();  // the previous k-tile's wgmma is done: its stage goes back
     if (i >= 1 && step - 1 + NST < total) sm90_arrive(EMPTY + (step - 1) % NST, WG_THREADS);
   }
   sm90_wait<0>();
-  sm90_keep(acc);
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) sm90_keep(acc.c[mi]);
   if (steps >= 1 && step - 1 + NST < total) sm90_arrive(EMPTY + (step - 1) % NST, WG_THREADS);
 }
 
-// Calls f(row, col, v0, v1) for the consumer's accumulator pairs (col, col + 1): warp w of the
-// warpgroup holds rows 16 w + lane / 4 and 8 more; per 8 columns n, acc[4n .. 4n + 1] and
-// acc[4n + 2 .. 4n + 3].
+// Calls f(row, col, v0, v1) for the consumer's accumulator pairs (col, col + 1): in each
+// 64-row block, warp w of the warpgroup holds rows 16 w + lane / 4 and 8 more; per 8 columns n,
+// c[4n .. 4n + 1] and c[4n + 2 .. 4n + 3].
 template <class F>
-__device__ __forceinline__ void for_each_pair(const float (&acc)[BN / 2], int m_group, F&& f) {
+__device__ __forceinline__ void for_each_pair(const Acc& acc, int m_group, F&& f) {
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const int row = m_group * 64 + 16 * warp + (lane >> 2);
 #pragma unroll
-  for (int n = 0; n < BN / 8; ++n) {
-    const int col = 8 * n + 2 * (lane & 3);
-    f(row, col, acc[4 * n], acc[4 * n + 1]);
-    f(row + 8, col, acc[4 * n + 2], acc[4 * n + 3]);
+  for (int mi = 0; mi < MI; ++mi) {
+    const int row = m_group * WG_M + mi * 64 + 16 * warp + (lane >> 2);
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n) {
+      const int col = 8 * n + 2 * (lane & 3);
+      f(row, col, acc.c[mi][4 * n], acc.c[mi][4 * n + 1]);
+      f(row + 8, col, acc.c[mi][4 * n + 2], acc.c[mi][4 * n + 3]);
+    }
   }
 }
 
@@ -211,17 +234,44 @@ __device__ __forceinline__ u32 pack_rn(float v0, float v1) {
   return d;
 }
 
-// The tile's rows [m0, M) and columns [n0, N) into out at row_offset(m) + column: pairs, as
-// every channel count here is a multiple of 8.
+// The tile's rows [m0, M) and columns [n0, N) into out at row_offset(m) + column, 16 bytes a
+// store: the four lanes of a quad hold the pairs (2 q, 2 q + 1) of eight columns; a transpose
+// within the quad (three shuffles) gives lane q all eight columns of block 4 k + q, so that a
+// quad writes 64 contiguous bytes of a row. Every channel count here is a multiple of 8: a
+// 16-byte piece is wholly inside N or outside it, and aligned.
 template <class RowOffset>
-__device__ __forceinline__ void store_pairs(const float (&acc)[BN / 2], int m_group,
-                                            elem_t* out, int m0, int M, int n0, int N,
-                                            RowOffset&& row_offset) {
-  for_each_pair(acc, m_group, [&](int r, int c, float v0, float v1) {
-    const int m = m0 + r, j = n0 + c;
-    if (m < M && j < N)
-      *reinterpret_cast<u32*>(out + row_offset(m) + j) = pack_rn(v0, v1);
-  });
+__device__ __forceinline__ void store_pairs(const Acc& acc, int m_group, elem_t* out, int m0,
+                                            int M, int n0, int N, RowOffset&& row_offset) {
+  static_assert(BN % 32 == 0, "four column blocks of 8 a quad step");
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, q = lane & 3;
+  // x[i] for a lane-dependent i without local memory
+  auto pick = [](const u32(&x)[4], int i) {
+    return i == 0 ? x[0] : i == 1 ? x[1] : i == 2 ? x[2] : x[3];
+  };
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = m0 + m_group * WG_M + mi * 64 + 16 * warp + (lane >> 2) + 8 * half;
+      elem_t* row = out + (m < M ? row_offset(m) : 0);
+#pragma unroll
+      for (int k = 0; k < BN / 32; ++k) {
+        u32 x[4], z[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int n = 4 * (4 * k + j) + 2 * half;
+          x[j] = pack_rn(acc.c[mi][n], acc.c[mi][n + 1]);
+        }
+        z[0] = pick(x, q);
+#pragma unroll
+        for (int t = 1; t < 4; ++t)  // send x[q ^ t], receive lane (q ^ t)'s x[q]
+          z[t] = __shfl_xor_sync(0xFFFFFFFFu, pick(x, q ^ t), t);
+        // z[t] holds columns 2 (q ^ t), + 1 of block 4 k + q: in column order
+        const uint4 v = make_uint4(pick(z, q), pick(z, q ^ 1), pick(z, q ^ 2), pick(z, q ^ 3));
+        const int col = n0 + 8 * (4 * k + q);
+        if (m < M && col < N) *reinterpret_cast<uint4*>(row + col) = v;
+      }
+    }
 }
 
 // Persistent blocks: block x takes tiles x, x + gridDim.x, ... of the M x N tiles of its grid
@@ -295,7 +345,7 @@ conv2d_fwd(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* _
   const int K = p.K, total = tiles.mine * steps;
   for (int i = 0; i < tiles.mine; ++i) {
     tiles.origin(i, m0, n0);
-    float acc[BN / 2];
+    Acc acc;
     consume(acc, stages, bars, wg, steps, step, total);
     store_pairs(acc, wg, y, m0, M, n0, p.Kg, [&](int m) { return m * K + kg; });
   }
@@ -345,7 +395,7 @@ conv2d_bwd_data(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
   by_wr.init(Wr);
   for (int i = 0; i < tiles.mine; ++i) {
     tiles.origin(i, m0, n0);
-    float acc[BN / 2];
+    Acc acc;
     consume(acc, stages, bars, wg, steps, step, total);
     store_pairs(acc, wg, dx, m0, rz.M, n0, p.Cg, [&](int m) {
       const int n = by_hw.div(m), t = m - n * HW, a = by_wr.div(t), b = t - a * Wr;
@@ -400,7 +450,7 @@ __device__ __forceinline__ void bwd_weight(const elem_t* __restrict__ x,
   const int total = tiles.mine * (kt1 - kt0);
   for (int i = 0; i < tiles.mine; ++i) {
     tiles.origin(i, m0, n0);
-    float acc[BN / 2];
+    Acc acc;
     consume(acc, stages, bars, wg, kt1 - kt0, step, total);
     if (SPLIT) {
       for_each_pair(acc, wg, [&](int r, int c, float v0, float v1) {

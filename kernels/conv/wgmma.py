@@ -1,18 +1,19 @@
 """conv_wgmma: implicit-GEMM grouped convolution on Hopper's warpgroup matrix instructions
 (sm_90a), every direction, warp-specialized: producer warpgroups gather k-tiles of 64 by
-cp.async into 128-byte-swizzled stages, block_m / 64 consumer warpgroups run wgmma on them and
-hold the accumulators (conv/wgmma.cu); blocks are persistent, as many as the GPU holds, each
+cp.async into 128-byte-swizzled stages, block_m / wg_m consumer warpgroups run wgmma on them
+and hold the accumulators (conv/wgmma.cu); blocks are persistent, as many as the GPU holds, each
 taking every gridDim.x-th tile. The GEMM view and backward-weight split-K are conv_igemm's.
 Channels a group a multiple of 8 (16-byte copies), bf16 and fp16; other targets get the
 compiler's refusal (the source needs sm_90a).
 
-Configuration: block_m x block_n (64 or 128 by 64, 128 or 256), block_k 64, `stages` shared
-memory stages (dynamic, up to 227 KB), `producers` warpgroups, `tma` and, for backward-weight,
-`split_k` slices of the reduction. tma 1: the operand that is a plain strided tensor (the
-weight in fwd and bwd_data, dy in bwd_weight) arrives by TMA bulk tensor copies (a tensor map
-per launch) instead of cp.async; tma 2 (fwd): the input too, for 1x1 convolutions of stride 1
-without padding or groups, where it is a plain [N*H*W][C] matrix. backward-data's TMA weight
-needs K/G a multiple of 64 (one filter tap a k-tile).
+Configuration: block_m x block_n (64 to 256 by 64 to 256), block_k 64, `wg_m` rows a
+consumer warpgroup computes (64 or 128), `stages` shared memory stages (dynamic, up to
+227 KB), `producers` warpgroups, `tma` and, for backward-weight, `split_k` slices of the
+reduction. tma 1: the operand that is a plain strided tensor (the weight in fwd and bwd_data,
+dy in bwd_weight) arrives by TMA bulk tensor copies (a tensor map per launch) instead of
+cp.async; tma 2 (fwd): the input too, for 1x1 convolutions of stride 1 without padding or
+groups, where it is a plain [N*H*W][C] matrix. backward-data's TMA weight needs K/G a
+multiple of 64 (one filter tap a k-tile).
 """
 
 from __future__ import annotations
@@ -29,15 +30,14 @@ BLOCK_K = 64
 MAX_STAGES = 7  # named barriers: 2 per stage of the 15 a block has beside __syncthreads
 SMEM_OPT_IN = 227 * 1024
 ALIGN = 1024
-# (block_m, block_n, producers): one or two consumer warpgroups; a 64 x 256 consumer's 128
-# accumulators a thread only in blocks of at most 384 threads (168 registers each)
-TILES = [(128, 256, 1), (128, 128, 1), (128, 64, 1), (64, 256, 1), (64, 128, 1), (64, 64, 1),
-         (128, 128, 2), (64, 128, 2), (64, 256, 2)]
-# Four consumers (640 threads, 96 registers each): the tall tiles of a long reduction over
-# few tiles, backward-weight's above all. Only where no operand is gathered into 256 rows by
-# the producers, whose 16 row passes spill at 96 registers: backward-weight (the 256 rows are
-# dy's, by TMA or along the contiguous output channels) and the pointwise forward with tma 2.
-TALL_TILES = [(256, 128, 1), (256, 64, 1)]
+# (block_m, block_n, producers, wg_m): one or two consumer warpgroups of wg_m rows each (one
+# or two m64 wgmma a k-step); a consumer's 128 accumulators a thread (64 x 256 or 128 x 128)
+# only in blocks of at most 384 threads (168 registers each). The 256-row tiles read the
+# fewest bytes from L2 per FLOP where N is 128: the bound of the 128 x 128 tiles on an H100
+# (about 25 bytes a cycle a multiprocessor, measured by Nsight Compute on this family).
+TILES = [(128, 256, 1, 64), (128, 128, 1, 64), (128, 64, 1, 64), (64, 256, 1, 64),
+         (64, 128, 1, 64), (64, 64, 1, 64), (128, 128, 2, 64), (64, 128, 2, 64),
+         (64, 256, 2, 64), (256, 128, 1, 128), (256, 64, 1, 128), (128, 128, 1, 128)]
 SPLITS = (1, 4, 16, 64)
 SMALLEST = 64
 TMA_MODES = {"conv2d_fwd": (0, 1, 2), "conv2d_bwd_data": (0, 1), "conv2d_bwd_weight": (0, 1)}
@@ -53,22 +53,20 @@ def shared_bytes(config: dict[str, Any]) -> int:
 
 
 def threads(config: dict[str, Any]) -> int:
-    return 128 * (config["block_m"] // 64 + config["producers"])
+    return 128 * (config["block_m"] // config["wg_m"] + config["producers"])
 
 
 def generate_configs(op: str) -> list[dict[str, Any]]:
     """Per tile the deepest pipeline that fits and three stages (less shared memory: two blocks
     a multiprocessor where the registers allow it)."""
     out = []
-    for bm, bn, producers in TILES + TALL_TILES:
+    for bm, bn, producers, wg_m in TILES:
         stage = (bm + bn) * BLOCK_K * 2
         deepest = min(MAX_STAGES, (SMEM_OPT_IN - ALIGN - BARRIER_BYTES) // stage)
         for stages in sorted({deepest, min(deepest, 3)}, reverse=True):
             for tma in TMA_MODES[op]:
-                if bm == 256 and not (op == "conv2d_bwd_weight" or tma == 2):
-                    continue
-                config = {"block_m": bm, "block_n": bn, "block_k": BLOCK_K, "stages": stages,
-                          "producers": producers, "tma": tma}
+                config = {"block_m": bm, "block_n": bn, "block_k": BLOCK_K, "wg_m": wg_m,
+                          "stages": stages, "producers": producers, "tma": tma}
                 if op != "conv2d_bwd_weight":
                     out.append(config)
                 else:
@@ -78,8 +76,9 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
 
 def blocks_per_sm(config: dict[str, Any]) -> int:
     """Blocks one multiprocessor holds: shared memory, threads, and registers estimated from the
-    consumers' accumulators (block_n / 2 a thread) and 64 more (ptxas: 58 to 158 in all)."""
-    regs = config["block_n"] // 2 + 64
+    consumers' accumulators (wg_m / 64 * block_n / 2 a thread) and 64 more (ptxas: 58 to 158
+    in all)."""
+    regs = config["wg_m"] // 64 * config["block_n"] // 2 + 64
     by_regs = SM_REGISTERS // (threads(config) * regs)
     return max(1, min(SM_SHARED // (shared_bytes(config) + 1024), 2048 // threads(config),
                       by_regs))
