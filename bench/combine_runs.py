@@ -3,7 +3,11 @@ the better of each run's same-run ratio (its best instance against the vendor me
 run), so that no time is compared across runs. Geometric means per operator and shape class.
 
     python -m bench.combine_runs bench/results/vs_vendor_networks.json \\
-        bench/results/vs_vendor_networks_wgmma.json --name vs_vendor_networks_combined
+        bench/results/vs_vendor_networks_wgmma.json --name vs_vendor_networks_combined \\
+        [--exclude vs_vendor_networks_wgmma.json:conv2d_bwd_weight ...]
+
+--exclude RUN:OP leaves one run's shapes of an operator out (a run whose kernels for that
+operator have changed since).
 """
 
 from __future__ import annotations
@@ -32,8 +36,11 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="vs_vendor result files")
     parser.add_argument("--name", default="vs_vendor_combined")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--exclude", nargs="*", default=[], help="RUN_FILE_NAME:OPERATOR")
     args = parser.parse_args()
-    runs = [shapes_of(path) for path in args.runs]
+    excluded = {tuple(item.rsplit(":", 1)) for item in args.exclude}
+    runs = [{key: shape for key, shape in shapes_of(path).items()
+             if (path.name, key[0]) not in excluded} for path in args.runs]
     rows = []
     for key in sorted(set().union(*runs)):
         entries = [(i, run[key]) for i, run in enumerate(runs) if run.get(key, {}).get("speedup")]

@@ -38,7 +38,7 @@ def test_config_space(op):
     for c in configs:
         assert shared_bytes(c) <= SMEM_OPT_IN and 2 <= c["stages"] <= 7
         assert threads(c) <= 512
-        assert ("split_k" in c) == (op == "conv2d_bwd_weight")
+        assert ("split_k" in c) == ("fused_reduce" in c) == (op == "conv2d_bwd_weight")
     assert {c["tma"] for c in configs} == ({0, 1, 2} if op == "conv2d_fwd" else {0, 1})
 
 
@@ -80,7 +80,7 @@ def test_persistent_grids(op):
         p, c = problem(op, **shape), inst.settings
         if FAMILY.applicable(inst, p):
             continue
-        main = [l for l in FAMILY.launches(inst, p) if l.entry in (op, "igemm_bwd_weight_split")]
+        main = [l for l in FAMILY.launches(inst, p) if l.entry in (op, "wgmma_bwd_weight_split")]
         (gx, gy, gz), block = main[0].grid, main[0].block
         assert block == (threads(c), 1, 1) and gy == 1
         assert main[0].shared_bytes == shared_bytes(c)

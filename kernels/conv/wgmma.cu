@@ -6,8 +6,9 @@
 //  - PRODUCERS producer warpgroups gather each k-tile's A and B by 16-byte cp.async (zero-fill
 //    for padding, taps and edges) into one of STAGES stages, 128-byte swizzled;
 //  - BLOCK_M / WG_M consumer warpgroups issue m64nBLOCK_Nk16 wgmma on their WG_M rows (one or
-//    two 64-row blocks) of the stage and hold the fp32 accumulators; at the end they write the tile (or, for a backward-weight
-//    slice of the reduction, add it into the fp32 workspace that split_k.cuh converts).
+//    two 64-row blocks) of the stage and hold the fp32 accumulators; at the end they write the
+//    tile (or, for a backward-weight slice of the reduction, add it into the fp32 workspace,
+//    the last slice of a tile writing dw from it).
 // Blocks are persistent: each takes every gridDim.x-th tile of its grid z slice, the stages'
 // ring running on from one tile to the next, so that the producers load the next tile while
 // the consumers write the last one.
@@ -91,8 +92,8 @@
 extern "C" __global__ void conv2d_fwd(const elem_t*, const elem_t*, elem_t*, ConvParams) {}
 extern "C" __global__ void conv2d_bwd_data(const elem_t*, const elem_t*, elem_t*, ConvParams) {}
 extern "C" __global__ void conv2d_bwd_weight(const elem_t*, const elem_t*, elem_t*, ConvParams) {}
-extern "C" __global__ void igemm_bwd_weight_split(const elem_t*, const elem_t*, float*, ConvParams,
-                                                  int) {}
+extern "C" __global__ void wgmma_bwd_weight_split(const elem_t*, const elem_t*, elem_t*, float*,
+                                                   ConvParams, int, int, int) {}
 #else
 
 namespace ig {
@@ -405,14 +406,24 @@ conv2d_bwd_data(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
 }
 
 #else
-// Unsplit: dw written directly. Split (igemm_bwd_weight_split): slice z / G covers k-tiles
+// The consumers' own barrier (the producers may have left): the id after the stages' two.
+__device__ __forceinline__ void consumers_sync() {
+  sm90_sync(1 + 2 * ig::NST, 128 * CONSUMERS);
+}
+
+// Unsplit: dw written directly. Split (wgmma_bwd_weight_split): slice z / G covers k-tiles
 // [slice * kt_per_split, + kt_per_split) and adds its sums atomically into the zeroed fp32
-// workspace [K][R][S][Cg]; igemm_reduce then writes dw.
+// workspace [K][R][S][Cg]. With fused_reduce it then counts the tile in the int counters after
+// it (one per tile of each group), and the block that counts a tile the `splits`-th time reads
+// its sums back from L2 and writes dw: the reduction ends in the kernel. Without, igemm_reduce
+// converts the whole workspace in a third launch (over every multiprocessor: faster where the
+// tiles are few and large).
 template <bool SPLIT>
 __device__ __forceinline__ void bwd_weight(const elem_t* __restrict__ x,
                                            const elem_t* __restrict__ dy, elem_t* __restrict__ dw,
                                            const ConvParams& p, float* __restrict__ ws,
-                                           int kt_per_split, const TensorMap* tmap_a) {
+                                           int kt_per_split, int splits, int fused_reduce,
+                                           const TensorMap* tmap_a) {
   using namespace ig;
   const int g = blockIdx.z % p.G, slice = blockIdx.z / p.G;
   const int CRS = p.Cg * p.R * p.S, KT = (p.N * p.P * p.Q + BK - 1) / BK;
@@ -460,6 +471,25 @@ __device__ __forceinline__ void bwd_weight(const elem_t* __restrict__ x,
         atomicAdd(out, v0);
         atomicAdd(out + 1, v1);
       });
+      if (!fused_reduce) continue;
+      __threadfence();  // this block's sums before its count
+      consumers_sync();
+      int* counters = reinterpret_cast<int*>(ws + (long)p.K * CRS);
+      volatile int* last = reinterpret_cast<volatile int*>(bars + 7);  // a spare barrier slot
+      if (threadIdx.x == 0)
+        *last = atomicAdd(counters + g * tiles.count + blockIdx.x + i * gridDim.x, 1) ==
+                splits - 1;
+      consumers_sync();
+      if (*last) {
+        __threadfence();  // every slice's sums after their counts
+        for_each_pair(acc, wg, [&](int r, int c, float, float) {
+          const int m = m0 + r, j = n0 + c;
+          if (m >= p.Kg || j >= CRS) return;
+          const float2 v = __ldcg(reinterpret_cast<const float2*>(ws + (kg + m) * CRS + j));
+          *reinterpret_cast<u32*>(dw + (kg + m) * CRS + j) = pack_rn(v.x, v.y);
+        });
+      }
+      consumers_sync();  // `last` is read before the next tile sets it
     } else {
       store_pairs(acc, wg, dw, m0, p.Kg, n0, CRS, [&](int m) { return (kg + m) * CRS; });
     }
@@ -470,19 +500,20 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 conv2d_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
                   elem_t* __restrict__ dw, ConvParams p MAPS) {
 #if TMA_A
-  bwd_weight<false>(x, dy, dw, p, nullptr, 0, &tmap_a);
+  bwd_weight<false>(x, dy, dw, p, nullptr, 0, 1, 0, &tmap_a);
 #else
-  bwd_weight<false>(x, dy, dw, p, nullptr, 0, nullptr);
+  bwd_weight<false>(x, dy, dw, p, nullptr, 0, 1, 0, nullptr);
 #endif
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-igemm_bwd_weight_split(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                       float* __restrict__ ws, ConvParams p, int kt_per_split MAPS) {
+wgmma_bwd_weight_split(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
+                       elem_t* __restrict__ dw, float* __restrict__ ws, ConvParams p,
+                       int kt_per_split, int splits, int fused_reduce MAPS) {
 #if TMA_A
-  bwd_weight<true>(x, dy, nullptr, p, ws, kt_per_split, &tmap_a);
+  bwd_weight<true>(x, dy, dw, p, ws, kt_per_split, splits, fused_reduce, &tmap_a);
 #else
-  bwd_weight<true>(x, dy, nullptr, p, ws, kt_per_split, nullptr);
+  bwd_weight<true>(x, dy, dw, p, ws, kt_per_split, splits, fused_reduce, nullptr);
 #endif
 }
 #endif

@@ -9,15 +9,17 @@ compiler's refusal (the source needs sm_90a).
 Configuration: block_m x block_n (64 to 256 by 64 to 256), block_k 64, `wg_m` rows a
 consumer warpgroup computes (64 or 128), `stages` shared memory stages (dynamic, up to
 227 KB), `producers` warpgroups, `tma` and, for backward-weight, `split_k` slices of the
-reduction. tma 1: the operand that is a plain strided tensor (the weight in fwd and bwd_data,
-dy in bwd_weight) arrives by TMA bulk tensor copies (a tensor map per launch) instead of
-cp.async; tma 2 (fwd): the input too, for 1x1 convolutions of stride 1 without padding or
-groups, where it is a plain [N*H*W][C] matrix. backward-data's TMA weight needs K/G a
-multiple of 64 (one filter tap a k-tile).
+reduction (0: as many as fill the GPU) ended by `fused_reduce` in the kernel (the last slice
+of a tile converts it) or by a third launch. tma 1: the operand that is a plain strided tensor
+(the weight in fwd and bwd_data, dy in bwd_weight) arrives by TMA bulk tensor copies (a tensor
+map per launch) instead of cp.async; tma 2 (fwd): the input too, for 1x1 convolutions of
+stride 1 without padding or groups, where it is a plain [N*H*W][C] matrix. backward-data's
+TMA weight needs K/G a multiple of 64 (one filter tap a k-tile).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kernels.conv.igemm import GRID_Z_LIMIT, VECTOR_CHANNELS, IGemmConv
@@ -38,7 +40,7 @@ ALIGN = 1024
 TILES = [(128, 256, 1, 64), (128, 128, 1, 64), (128, 64, 1, 64), (64, 256, 1, 64),
          (64, 128, 1, 64), (64, 64, 1, 64), (128, 128, 2, 64), (64, 128, 2, 64),
          (64, 256, 2, 64), (256, 128, 1, 128), (256, 64, 1, 128), (128, 128, 1, 128)]
-SPLITS = (1, 4, 16, 64)
+SPLITS = (0, 1, 4, 16, 64)  # 0: the slices that fill the GPU (WgmmaConv.splits)
 SMALLEST = 64
 TMA_MODES = {"conv2d_fwd": (0, 1, 2), "conv2d_bwd_data": (0, 1), "conv2d_bwd_weight": (0, 1)}
 BARRIER_BYTES = 64  # the stages' mbarriers
@@ -69,8 +71,9 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
                           "stages": stages, "producers": producers, "tma": tma}
                 if op != "conv2d_bwd_weight":
                     out.append(config)
-                else:
-                    out += [{**config, "split_k": s} for s in SPLITS]
+                else:  # a split reduction ends in the kernel (fused_reduce) or in a launch
+                    out += [{**config, "split_k": s, "fused_reduce": fused}
+                            for s in SPLITS for fused in ((0, 1) if s != 1 else (0,))]
     return out
 
 
@@ -96,7 +99,9 @@ class WgmmaConv(IGemmConv):
         return [] if dtype == "fp32" else super().instances(operator, dtype)
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
-        return {k: v for k, v in super().defines(instance).items() if k != "BLOCK_K"}
+        """conv_igemm's, less BLOCK_K (always 64) and FUSED_REDUCE (a launch argument)."""
+        return {k: v for k, v in super().defines(instance).items()
+                if k not in ("BLOCK_K", "FUSED_REDUCE")}
 
     def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
         """Persistent blocks: as many as the GPU holds at once, at most one a tile."""
@@ -164,12 +169,37 @@ class WgmmaConv(IGemmConv):
         if splits == 1:
             return [Launch("conv2d_bwd_weight", grid, block, ("x", "dy", "dw", params, *maps),
                            smem)]
+        words, fused = self.workspace_bytes(instance, p) // 4, c["fused_reduce"]
+        small = (grid_stride_blocks(words, 256), 1, 1)
+        launches = [Launch("igemm_zero", small, (256, 1, 1), ("workspace", words)),
+                    Launch("wgmma_bwd_weight_split", grid, block,
+                           ("x", "dy", "dw", "workspace", params, per, splits, fused, *maps),
+                           smem)]
+        if fused:
+            return launches
         n = p.tensor_elements()["weight"]
-        small = (grid_stride_blocks(n, 256), 1, 1)
-        return [Launch("igemm_zero", small, (256, 1, 1), ("workspace", n)),
-                Launch("igemm_bwd_weight_split", grid, block,
-                       ("x", "dy", "workspace", params, per, *maps), smem),
-                Launch("igemm_reduce", small, (256, 1, 1), ("workspace", "dw", n))]
+        return launches + [Launch("igemm_reduce", (grid_stride_blocks(n, 256), 1, 1),
+                                  (256, 1, 1), ("workspace", "dw", n))]
+
+    def splits(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
+        """As conv_igemm's; split_k 0 asks for the slices that fill the GPU: at most as many
+        blocks as it holds at once, over the tiles of every group."""
+        c = instance.settings
+        if c.get("split_k") != 0:
+            return super().splits(instance, p)
+        wanted = max(1, SM_COUNT * blocks_per_sm(c) // (self.tiles(instance, p) * p.G))
+        return super().splits(
+            dataclasses.replace(instance, config=tuple(
+                (k, wanted if k == "split_k" else v) for k, v in instance.config)), p)
+
+    def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
+        """Split backward-weight: the fp32 sums of dw and, with fused_reduce, an int counter per
+        tile of each group (the slices that have added theirs)."""
+        p = problem
+        if p.op != "conv2d_bwd_weight" or self.splits(instance, p)[0] == 1:
+            return 0
+        counters = p.G * self.tiles(instance, p) if instance.settings["fused_reduce"] else 0
+        return 4 * (p.tensor_elements()["weight"] + counters)
 
 
 FAMILY = register(WgmmaConv())
