@@ -129,3 +129,18 @@ def test_every_code_object_compiles_for_sm_90a_without_spills():
                 failures.append(f"{name} {entry}: spills {res}")
     assert not failures, "\n".join(failures[:20])
     print(f"\n{len(codes)} code objects")
+
+
+@pytest.mark.parametrize("op", CONV_OPERATORS)
+def test_the_toy_cost_model_prices_every_instance(op):
+    """Synthetic measurements (farm demo without a GPU or recording) cover the family, its
+    split that fills the GPU included."""
+    import math
+
+    from kernels.conv.cost_model import synthetic_us
+
+    for shape in (dict(), dict(N=32, C=256, K=512, H=14, W=14)):
+        p = problem(op, **shape)
+        for inst in FAMILY.instances(op, "bf16"):
+            us = synthetic_us(p, inst)
+            assert math.isfinite(us) and us > 0, inst.name

@@ -49,8 +49,11 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
     if instance.family == "conv_igemm":
         base = _igemm_us(problem, c)
     elif instance.family == "conv_wgmma":  # Hopper's wgmma: the same tiles, a faster core
-        warps = 4 * (c["block_m"] // 64 + c["producers"])
-        base = 0.7 * _igemm_us(problem, {**c, "warps_m": warps, "warps_n": 1, "vec": 8})
+        from kernels.conv.wgmma import FAMILY as WGMMA, threads
+
+        split = WGMMA.splits(instance, problem)[0] if "split_k" in c else 1  # 0: fill
+        base = 0.7 * _igemm_us(problem, {**c, "warps_m": threads(c) // 32, "warps_n": 1,
+                                         "vec": 8, "split_k": split})
     elif instance.family == "conv_direct":
         base = _direct_us(problem, c)
     else:
