@@ -130,12 +130,15 @@ def compile_(op: Annotated[str, typer.Option("--op", help="Operator")],
     from farm.compile_all import compile_instances, instances_of
     from farm.gpu import RuntimeUnavailable
     from kernels import UnknownFamily
+    from kernels.registry import get_family
 
     with _errors():
         check_operator(op)
         check_target(target)
     try:
-        instances = instances_of(op, dtype, family)
+        if family and (reason := get_family(family).unsupported_target(target)):
+            raise ValueError(reason)
+        instances = instances_of(op, dtype, family, target)
         summary = compile_instances(instances, target, None if no_cache else FolderCache(),
                                     workers=jobs)
     except (UnknownFamily, RuntimeUnavailable, ValueError) as exc:

@@ -30,9 +30,13 @@ class CompileSummary:
     compile_seconds: float  # summed over the compiles that ran (not cache hits)
 
 
-def instances_of(operator: str, dtypes: list[str], family: str | None = None) -> list[Instance]:
+def instances_of(operator: str, dtypes: list[str], family: str | None = None,
+                 target: str | None = None) -> list[Instance]:
+    """The compiled instances of an operator (of one family), those of families written for
+    other targets left out when `target` is given."""
     chosen = [get_family(family)] if family else families_for(operator)
-    return [i for f in chosen if f.compiled and operator in f.operators for d in dtypes
+    return [i for f in chosen if f.compiled and operator in f.operators
+            and not (target and f.unsupported_target(target)) for d in dtypes
             for i in f.instances(operator, d)]
 
 

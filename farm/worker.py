@@ -80,7 +80,8 @@ class GpuWorker:
         try:
             for instance in instances:
                 family = get_family(instance.family)
-                reason = family.applicable(instance, problem)
+                reason = ((family.unsupported_target(self.target) if family.compiled else None)
+                          or family.applicable(instance, problem))
                 if reason:
                     yield instance, PairResult("unsupported", message=reason,
                                                policy=policy.model_dump())

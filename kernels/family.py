@@ -94,6 +94,15 @@ class KernelFamily(abc.ABC):
     # Families with a lower number are measured first on each problem: a fast, dependable time
     # early (the vendor library's) lets the timing policy stop clearly slower instances early.
     measure_order = 1
+    # The compile targets the family's source is written for (empty: every one); on another
+    # target its pairs are unsupported, never compiled.
+    targets: tuple[str, ...] = ()
+
+    def unsupported_target(self, target: str) -> str | None:
+        """Why the family cannot run on devices of `target`, or None when it can."""
+        if self.targets and target not in self.targets:
+            return f"{self.name} runs on {', '.join(self.targets)} only, not on {target}"
+        return None
 
     def runnable(self, instance: Instance, problem: Any, device: Any, module: Any,
                  pointers: dict[str, int]) -> Any:

@@ -15,6 +15,7 @@ from kernels.conv.problem import CONV_OPERATORS, ConvProblem
 from kernels.conv.wgmma import (FAMILY, SM_COUNT, SMEM_OPT_IN, blocks_per_sm, generate_configs,
                                 shared_bytes, threads)
 from kernels.family import Launch, TensorMap
+from kernels.registry import get_family
 
 
 def problem(op, dtype="bf16", **shape):
@@ -144,3 +145,17 @@ def test_the_toy_cost_model_prices_every_instance(op):
         for inst in FAMILY.instances(op, "bf16"):
             us = synthetic_us(p, inst)
             assert math.isfinite(us) and us > 0, inst.name
+
+
+def test_other_targets_are_unsupported_and_not_compiled():
+    from farm.compile_all import instances_of
+
+    assert FAMILY.unsupported_target("sm_90a") is None
+    reason = FAMILY.unsupported_target("sm_80")
+    assert "sm_90a" in reason and "sm_80" in reason
+    everywhere = {i.family for i in instances_of("conv2d_fwd", ["bf16"], target="sm_80")}
+    assert "conv_wgmma" not in everywhere and "conv_igemm" in everywhere
+    assert "conv_wgmma" in {i.family for i in instances_of("conv2d_fwd", ["bf16"],
+                                                           target="sm_90a")}
+    assert get_family("dwsep_wgmma_resident").unsupported_target("gfx90a")
+    assert get_family("conv_igemm").unsupported_target("gfx90a") is None

@@ -3,8 +3,8 @@
 cp.async into 128-byte-swizzled stages, block_m / wg_m consumer warpgroups run wgmma on them
 and hold the accumulators (conv/wgmma.cu); blocks are persistent, as many as the GPU holds, each
 taking every gridDim.x-th tile. The GEMM view and backward-weight split-K are conv_igemm's.
-Channels a group a multiple of 8 (16-byte copies), bf16 and fp16; other targets get the
-compiler's refusal (the source needs sm_90a).
+Channels a group a multiple of 8 (16-byte copies), bf16 and fp16; sm_90a only (on other
+targets its pairs are unsupported, never compiled).
 
 Configuration: block_m x block_n (64 to 256 by 64 to 256), block_k 64, `wg_m` rows a
 consumer warpgroup computes (64 or 128), `stages` shared memory stages (dynamic, up to
@@ -91,6 +91,7 @@ class WgmmaConv(IGemmConv):
     name = "conv_wgmma"
     short = "wgmma"
     source_file = "conv/wgmma.cu"
+    targets = ("sm_90a",)
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
         return generate_configs(operator)

@@ -388,13 +388,14 @@ class DwsepWgmma(DwsepFamily):
     consumer warpgroups run the wgmma of the chunks ready and hold the accumulators; named
     barriers hand the stages back and forth. Consecutive blocks share a pixel tile (its input
     stays in L2). Compiled per filter case: `filter` 3 (R = S = 3, the filters in registers) or
-    0 (any other size). Multiplier 1 and C a multiple of 8; bf16 and fp16; other targets get the
-    compiler's refusal (the source needs sm_90a). Config fields: tile_p, tile_n, producers,
+    0 (any other size). Multiplier 1 and C a multiple of 8; bf16 and fp16; sm_90a only (other
+    targets: unsupported). Config fields: tile_p, tile_n, producers,
     warps_m (the consumers' warps: tile_p / 16), warps_n (1), kc (64), stages, filter."""
 
     name = "dwsep_wgmma"
     short = "wgmma"
     source_file = "dwsep/wgmma.cu"
+    targets = ("sm_90a",)
 
     MAX_THREADS = 384  # 168 registers each: 256 accumulator columns beside 72 filter taps
 
