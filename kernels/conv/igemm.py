@@ -139,11 +139,14 @@ class IGemmConv(KernelFamily):
             return p.G * self.splits(instance, p)[0]
         return p.G
 
+    def requested_splits(self, instance: Instance, p: ConvProblem) -> int:
+        """The slices of backward-weight's reduction the configuration asks for."""
+        return instance.settings.get("split_k", 1)
+
     def splits(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
         """(slices, k-tiles per slice) of backward-weight's reduction; every slice non-empty."""
-        c = instance.settings
-        k_tiles = _cdiv(p.gemm[2], c["block_k"])
-        wanted = max(1, min(c.get("split_k", 1), k_tiles, GRID_Z_LIMIT // p.G))
+        k_tiles = _cdiv(p.gemm[2], instance.settings["block_k"])
+        wanted = max(1, min(self.requested_splits(instance, p), k_tiles, GRID_Z_LIMIT // p.G))
         per = _cdiv(k_tiles, wanted)
         return _cdiv(k_tiles, per), per
 
@@ -156,25 +159,36 @@ class IGemmConv(KernelFamily):
         return self.tiles(instance, p), 1, self.grid_z(instance, p)
 
     # Rules -------------------------------------------------------------------------------
-    def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
-        p, c = problem, instance.settings
-        if p.op != instance.operator:
-            return f"instance is for {instance.operator}, problem is {p.op}"
-        if p.dtype not in ("bf16", "fp16"):
-            return f"conv_igemm runs on the matrix units in bf16/fp16 only, not {p.dtype}"
-        vec = c["vec"]
+    def operand_refusal(self, instance: Instance, p: ConvProblem) -> str | None:
+        """Why the instance's loads cannot serve the problem's channel counts, or None."""
+        vec = instance.settings["vec"]
         for name in VECTOR_CHANNELS[p.op]:
             value = p.c_per_group if name == "Cg" else p.k_per_group
             if value % vec:
                 return (f"{name}={value} is not a multiple of vec={vec} "
                         f"({vec * ELEMENT_BYTES}-byte loads along the channels)")
+        return None
+
+    def smallest_tiles(self, op: str) -> tuple[int, int]:
+        """The smallest block_m and block_n of the direction's tiles."""
+        return SMALLEST[op]
+
+    def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
+        p, c = problem, instance.settings
+        if p.op != instance.operator:
+            return f"instance is for {instance.operator}, problem is {p.op}"
+        if p.dtype not in ("bf16", "fp16"):
+            return f"{self.name} runs on the matrix units in bf16/fp16 only, not {p.dtype}"
+        reason = self.operand_refusal(instance, p)
+        if reason:
+            return reason
         grid_z = self.grid_z(instance, p)
         if grid_z > GRID_Z_LIMIT:
             return f"grid z = {grid_z} over the {GRID_Z_LIMIT} limit"
         if self.tiles(instance, p) > 2**31 - 1:
             return "too many tiles for grid x"
         m, n, _ = p.gemm
-        small_m, small_n = SMALLEST[p.op]
+        small_m, small_n = self.smallest_tiles(p.op)
         for dim, size, tile, smallest in (("M", m, c["block_m"], small_m),
                                           ("N", n, c["block_n"], small_n)):
             if tile > smallest and tile >= 4 * size:  # a smaller tile of the space covers it

@@ -19,10 +19,9 @@ TMA weight needs K/G a multiple of 64 (one filter tap a k-tile).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from kernels.conv.igemm import GRID_Z_LIMIT, VECTOR_CHANNELS, IGemmConv
+from kernels.conv.igemm import VECTOR_CHANNELS, IGemmConv
 from kernels.conv.operator import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.family import Instance, Launch, TensorMap, grid_stride_blocks
@@ -110,34 +109,23 @@ class WgmmaConv(IGemmConv):
         return (min(self.tiles(instance, p), SM_COUNT * blocks_per_sm(c)), 1,
                 self.grid_z(instance, p))
 
-    def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
-        p, c = problem, instance.settings
-        if p.op != instance.operator:
-            return f"instance is for {instance.operator}, problem is {p.op}"
-        if p.dtype not in ("bf16", "fp16"):
-            return f"conv_wgmma runs on the matrix units in bf16/fp16 only, not {p.dtype}"
+    def operand_refusal(self, instance: Instance, p: ConvProblem) -> str | None:
+        """Channels for 16-byte copies and paired stores, and the TMA modes' layouts."""
         for name in VECTOR_CHANNELS[p.op] + (("Kg",) if p.op == "conv2d_fwd" else ()):
             value = p.c_per_group if name == "Cg" else p.k_per_group
             if value % 8:
                 return f"{name}={value} is not a multiple of 8 (16-byte copies, paired stores)"
-        tma = c["tma"]
+        tma = instance.settings["tma"]
         if tma == 2 and (p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.G) != (
                 1, 1, 1, 1, 0, 0, 1):
             return ("tma=2 reads the input as a plain matrix: 1x1, stride 1, no padding, G=1 "
                     "only")
         if tma and p.op == "conv2d_bwd_data" and p.k_per_group % BLOCK_K:
             return f"tma=1 in bwd_data needs Kg a multiple of {BLOCK_K} (Kg={p.k_per_group})"
-        grid_z = self.grid_z(instance, p)
-        if grid_z > GRID_Z_LIMIT:
-            return f"grid z = {grid_z} over the {GRID_Z_LIMIT} limit"
-        if self.tiles(instance, p) > 2**31 - 1:
-            return "too many tiles for grid x"
-        m, n, _ = p.gemm
-        for dim, size, tile in (("M", m, c["block_m"]), ("N", n, c["block_n"])):
-            if tile > SMALLEST and tile >= 4 * size:  # a smaller tile of the space covers it
-                return (f"block_{dim.lower()}={tile} is 4x or more the GEMM {dim}={size}: "
-                        f"mostly idle work, a smaller tile covers it")
         return None
+
+    def smallest_tiles(self, op: str) -> tuple[int, int]:
+        return SMALLEST, SMALLEST
 
     @staticmethod
     def tensor_maps(instance: Instance, p: ConvProblem) -> tuple[TensorMap, ...]:
@@ -182,16 +170,13 @@ class WgmmaConv(IGemmConv):
         return launches + [Launch("igemm_reduce", (grid_stride_blocks(n, 256), 1, 1),
                                   (256, 1, 1), ("workspace", "dw", n))]
 
-    def splits(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
-        """As conv_igemm's; split_k 0 asks for the slices that fill the GPU: at most as many
-        blocks as it holds at once, over the tiles of every group."""
+    def requested_splits(self, instance: Instance, p: ConvProblem) -> int:
+        """split_k, where 0 asks for the slices that fill the GPU: at most as many blocks as
+        it holds at once, over the tiles of every group."""
         c = instance.settings
         if c.get("split_k") != 0:
-            return super().splits(instance, p)
-        wanted = max(1, SM_COUNT * blocks_per_sm(c) // (self.tiles(instance, p) * p.G))
-        return super().splits(
-            dataclasses.replace(instance, config=tuple(
-                (k, wanted if k == "split_k" else v) for k, v in instance.config)), p)
+            return super().requested_splits(instance, p)
+        return max(1, SM_COUNT * blocks_per_sm(c) // (self.tiles(instance, p) * p.G))
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
         """Split backward-weight: the fp32 sums of dw and, with fused_reduce, an int counter per
