@@ -8,11 +8,13 @@ settings, or --rounds / --learning-rate / --keep-within), its C export built by 
 farm/select/cexport.py as it was at REV (git show; given the guard depth and the text fields
 where its c_source takes them); each runs in one driver process, alternately
 (--rounds-of-timing times), over the same shapes (the held-out problems, then generated ones)
-and the same `allowed` masks. Reports the median over the runs of each p50 and p99
-(microseconds per `best` call), how many shapes each other export chooses as this checkout's
-does, the Python Selector's latency over this checkout's export (and over the baseline's) and
-how many of its choices match this checkout's C export. Writes
-bench/results/select_latency.json (--name, --out).
+and the same `allowed` masks; this checkout's export also with every candidate allowed (the
+evaluation that the Python Selector pays for: it has no applicability mask and costs every
+candidate before checking the families' rules lazily). Reports the median over the runs of
+each p50 and p99 (microseconds per `best` call), how many shapes each other export given the
+same masks chooses as this checkout's does, the Python Selector's latency over this
+checkout's export (and over the baseline's) and how many of its choices match this checkout's
+C export. Writes bench/results/select_latency.json (--name, --out).
 
 Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
            [--ops conv2d_fwd ...] [--baseline-rev 9ab08c5 [--baseline-file cexport.py]]
@@ -47,6 +49,7 @@ from kernels.registry import operator_spec
 ROOT = Path(__file__).resolve().parents[1]
 CURRENT = "this checkout"
 PRUNED = "this checkout, pruned"
+EVERY = "this checkout, every candidate allowed"
 
 
 def generator_at(rev: str, folder: Path, text: str | None = None):
@@ -78,21 +81,23 @@ def export_with(generate, files: dict[str, str], note: str, **options) -> str:
 
 
 def agreement(picks: dict[str, list[int]]) -> dict[str, str]:
-    """How many shapes each other export chooses as this checkout's does."""
+    """How many shapes each other export, given the same masks, chooses as this checkout's
+    does."""
     mine = picks[CURRENT]
     return {name: f"{sum(x == y for x, y in zip(mine, chosen))}/{len(mine)}"
-            for name, chosen in picks.items() if name != CURRENT}
+            for name, chosen in picks.items() if name not in (CURRENT, EVERY)}
 
 
-def time_exports(sources: dict[str, str], prefix: str, shapes, masks, folder: Path,
-                 runs: int) -> dict:
-    """Each export's p50 / p99 per call (median over `runs` alternating runs) and picks."""
+def time_exports(sources: dict[str, str], prefix: str, shapes, masks: dict[str, list],
+                 folder: Path, runs: int) -> dict:
+    """Each export's p50 / p99 per call (median over `runs` alternating runs) and picks;
+    `masks`: each export's `allowed` mask per shape."""
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in sources}
     picks = {}
     for _ in range(runs):
         for name, source in sources.items():
-            chosen, timing = run_driver(source, prefix, shapes, masks, folder / name,
-                                        repeats=3, strict=name in (CURRENT, PRUNED))
+            chosen, timing = run_driver(source, prefix, shapes, masks[name], folder / name,
+                                        repeats=3, strict=name in (CURRENT, PRUNED, EVERY))
             picks[name] = chosen
             times[name].append(timing)
     return {name: {"p50_us": float(np.median([t[0] for t in ts])),
@@ -151,8 +156,11 @@ def main() -> None:
             selector = Selector(files, "c")
             shapes = query_shapes(data, args.shapes)
             masks = [selector.allowed(p) for p in shapes]
+            sources[EVERY] = files[C_FILE]
+            given = {name: masks for name in sources}
+            given[EVERY] = [[True] * len(model.catalogue)] * len(shapes)
             numbers = [p.number_values() for p in shapes]
-            timed, picks = time_exports(sources, prefix, numbers, masks, folder / op,
+            timed, picks = time_exports(sources, prefix, numbers, given, folder / op,
                                         args.rounds_of_timing)
             python = latency(selector.select, shapes)
             agree = agreement(picks)

@@ -452,7 +452,8 @@ def test_cli_train_stores_the_evaluations_on_unseen_shapes(tmp_path):
 def test_bench_select_latency_times_an_earlier_revisions_export_beside_this_one(
         tmp_path, monkeypatch, capsys):
     """bench/select_latency.py on a small recording: this checkout's C export and the one the
-    generator at the previous revision writes, for the same model, both timed."""
+    generator at the previous revision writes, for the same model, both timed; this checkout's
+    also with every candidate allowed (what the Python Selector evaluates)."""
     import shutil
     import subprocess
 
@@ -469,7 +470,8 @@ def test_bench_select_latency_times_an_earlier_revisions_export_beside_this_one(
     select_latency.main()
     figures = json.loads((tmp_path / "select_latency.json").read_text())["figures"]
     fwd = figures["operators"]["conv2d_fwd"]
-    assert set(fwd["c_export"]) == {"this checkout", "at HEAD~1"}
+    assert set(fwd["c_export"]) == {"this checkout", "at HEAD~1",
+                                    "this checkout, every candidate allowed"}
     assert all(t["p50_us"] > 0 for t in fwd["c_export"].values())
     assert fwd["same_choice"].endswith("/40") and fwd["python_selector"]["p50_us"] > 0
     assert "Python Selector p50" in capsys.readouterr().out
