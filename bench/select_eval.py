@@ -32,6 +32,7 @@ Usage: python -m bench.select_eval --recording jobs/recordings/h100-*.parquet
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import tempfile
@@ -129,6 +130,42 @@ def worst_choices(op: str, frame, cost, safe, depth: int, count: int = 6) -> lis
             for r in chosen.to_dict("records")]
 
 
+def held_out_choices(op: str, frame, cost, safe, depth: int) -> list[dict]:
+    """Each held-out problem's shape, chosen instance and its time, and the fastest time."""
+    from farm.select.evaluate import choices
+
+    fields = list(operator_spec(op).fields)
+    return [{"shape": {k: int(r[k]) for k in fields}, "chosen": r["kernel"],
+             "chosen_us": float(r["median_us"]), "fastest_us": float(r["median_us"] * r["eff"])}
+            for r in choices(frame, cost, safe, depth).to_dict("records")]
+
+
+def _shape_key(shape: dict) -> tuple:
+    return tuple(sorted((k, int(v)) for k, v in shape.items()))
+
+
+def against_vendor(op: str, choices: list[dict], recordings: list[Path]) -> dict | None:
+    """The held-out choices against the vendor's time recorded for the same problem: the
+    geometric mean of vendor time over chosen time, and over the fastest candidate's time."""
+    from farm.recording import read_recording
+
+    vendor = {}
+    for path in recordings:
+        f = read_recording(path).frame
+        f = f[(f["family"] == "vendor") & (f["operator"] == op) & (f["status"] == "ok")]
+        vendor.update({_shape_key(json.loads(shape)): us
+                       for shape, us in zip(f["shape"], f["median_us"])})
+    pairs = [(vendor[key], c) for c in choices if (key := _shape_key(c["shape"])) in vendor]
+    if not pairs:
+        return None
+
+    def geomean(values: list[float]) -> float:
+        return float(np.exp(np.mean(np.log(values))))
+
+    return {"problems": len(pairs), "chosen": geomean([v / c["chosen_us"] for v, c in pairs]),
+            "fastest": geomean([v / c["fastest_us"] for v, c in pairs])}
+
+
 def networks_table(data: Dataset, config: TrainConfig) -> dict:
     """Leave-one-network-out, pooled; prints the table."""
     found = leave_networks_out(data, config)
@@ -145,6 +182,8 @@ def networks_table(data: Dataset, config: TrainConfig) -> dict:
         print(f"    worst: {w['efficiency']:.3f} {w['shape']}: {w['chosen']} (fastest "
               f"{w['fastest']})")
     return {"pooled": pooled, "folds": found["folds"], "worst": worst,
+            "choices": held_out_choices(data.operator, frame, frame["cost"].to_numpy(),
+                                        frame["safe"].to_numpy(), config.guard_depth),
             "distinct_shapes": found["distinct_shapes"],
             "training_seconds_per_fold": found["training_seconds"]}
 
@@ -153,12 +192,14 @@ def shift_table(data: Dataset, config: TrainConfig, path: Path) -> dict:
     """The shapes of the recording `path` held out from a model trained on all the others."""
     import pandas as pd
 
+    from farm.recording import read_recording
     from farm.select.crossval import hold_out_shapes
     from farm.select.data import geometries
 
-    frame = pd.read_parquet(path)
-    frame = frame[frame["operator"] == data.operator]
-    shapes = set(geometries(data.operator, frame.drop_duplicates("problem_key")))
+    frame = read_recording(path).frame
+    frame = frame[frame["operator"] == data.operator].drop_duplicates("problem_key")
+    fields = pd.DataFrame([json.loads(shape) for shape in frame["shape"]])  # one column a field
+    shapes = set(geometries(data.operator, fields))
     from farm.select.selector import Selector
     from farm.select.train import usable
 
@@ -286,6 +327,15 @@ def main() -> None:
                 print(f"seeded {seed_synthetic(store, problems, args.arch)} SYNTHETIC rows")
         resources = no_resources if args.no_resources else compile_cache_resources(args.arch)
         figures["operators"] = {op: evaluate_op(store, op, args, resources) for op in args.ops}
+        for op, found in figures["operators"].items():
+            held = found.get("leave_one_network_out")
+            vendor = held and args.recording and against_vendor(op, held["choices"],
+                                                               args.recording)
+            if vendor:
+                held["against_vendor"] = vendor
+                print(f"{op}: held-out networks' choices against the vendor ({vendor['problems']} "
+                      f"problems): x{vendor['chosen']:.3f} (the fastest candidate "
+                      f"x{vendor['fastest']:.3f})")
         store.engine.dispose()
     if args.timing_rows:
         figures["training_time"] = training_time(args.ops[0], args, args.timing_rows)

@@ -235,6 +235,57 @@ def test_bench_select_eval_runs_on_synthetic_data(fwd, tmp_path, monkeypatch, ca
     assert (tmp_path / "select_eval.json").is_file()
 
 
+def test_bench_select_eval_holds_out_a_recordings_shapes(fwd, tmp_path, capsys):
+    """The shift table reads a recording's shapes (one JSON object a row) and holds them out of
+    training at any batch size."""
+    import pandas as pd
+
+    from bench.select_eval import shift_table
+    from farm.recording import COLUMNS, write_recording
+    from farm.select.data import geometries
+    from farm.select.train import TrainConfig
+
+    shapes = fwd.data.frame.drop_duplicates("problem")[list(CONV_FIELDS)].head(30)
+    rows = pd.DataFrame({c: [None] * len(shapes) for c in COLUMNS})
+    rows["operator"] = "conv2d_fwd"
+    rows["shape"] = [json.dumps({f: int(v) for f, v in r.items()})
+                     for r in shapes.to_dict("records")]
+    rows["problem_key"] = [f"p{i}" for i in range(len(shapes))]
+    path = write_recording(rows, {"fingerprint": "none", "arch": ARCH}, [],
+                           tmp_path / "shift.parquet")
+    table = shift_table(fwd.data, TrainConfig(rounds=10, kinds=("regressor",)), path)
+    held = len(set(geometries("conv2d_fwd", shapes)))
+    assert f"shift.parquet held out ({held} shapes, any batch)" in capsys.readouterr().out
+    assert table["shapes"] == held and table["holdout"]["problems"] >= held
+
+
+def test_bench_select_eval_puts_held_out_choices_against_the_vendor(tmp_path):
+    """A choice is compared with the vendor's row of the same shape (any key order); shapes
+    without one are left out."""
+    import pandas as pd
+
+    from bench.select_eval import against_vendor
+    from farm.recording import COLUMNS, write_recording
+
+    shape = {"N": 32, "C": 64, "K": 64, "G": 1, "H": 56, "W": 56, "R": 3, "S": 3,
+             "stride_h": 1, "stride_w": 1, "pad_h": 1, "pad_w": 1, "dil_h": 1, "dil_w": 1}
+    rows = pd.DataFrame({c: [None] * 2 for c in COLUMNS})
+    rows["operator"] = "conv2d_fwd"
+    rows["family"] = ["vendor", "conv_igemm"]
+    rows["status"] = "ok"
+    rows["median_us"] = [10.0, 3.0]
+    rows["shape"] = json.dumps(dict(reversed(shape.items())))
+    path = write_recording(rows, {"fingerprint": "none", "arch": ARCH}, [],
+                           tmp_path / "vendor.parquet")
+    other = dict(shape, N=8)
+    found = against_vendor("conv2d_fwd", [
+        {"shape": shape, "chosen": "a", "chosen_us": 5.0, "fastest_us": 4.0},
+        {"shape": other, "chosen": "b", "chosen_us": 1.0, "fastest_us": 1.0}], [path])
+    assert found == {"problems": 1, "chosen": pytest.approx(2.0), "fastest": pytest.approx(2.5)}
+    assert against_vendor("conv2d_bwd_data", [{"shape": shape, "chosen": "a", "chosen_us": 5.0,
+                                               "fastest_us": 4.0}], [path]) is None
+
+
 def test_retraining_is_due_after_20_percent_growth(fwd):
     before = retrain_due(fwd.store, "conv2d_fwd", ARCH, DTYPE)
     assert not before.due
