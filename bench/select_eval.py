@@ -144,18 +144,24 @@ def _shape_key(shape: dict) -> tuple:
     return tuple(sorted((k, int(v)) for k, v in shape.items()))
 
 
-def against_vendor(op: str, choices: list[dict], recordings: list[Path]) -> dict | None:
-    """The held-out choices against the vendor's time recorded for the same problem: the
-    geometric mean of vendor time over chosen time, and over the fastest candidate's time."""
+def vendor_times(recordings: list[Path]) -> dict[tuple, float]:
+    """The vendor's recorded time of each (operator, shape) in the recordings."""
     from farm.recording import read_recording
 
-    vendor = {}
+    times = {}
     for path in recordings:
         f = read_recording(path).frame
-        f = f[(f["family"] == "vendor") & (f["operator"] == op) & (f["status"] == "ok")]
-        vendor.update({_shape_key(json.loads(shape)): us
-                       for shape, us in zip(f["shape"], f["median_us"])})
-    pairs = [(vendor[key], c) for c in choices if (key := _shape_key(c["shape"])) in vendor]
+        f = f[(f["family"] == "vendor") & (f["status"] == "ok")]
+        times.update({(op, _shape_key(json.loads(shape))): us
+                      for op, shape, us in zip(f["operator"], f["shape"], f["median_us"])})
+    return times
+
+
+def against_vendor(op: str, choices: list[dict], vendor: dict[tuple, float]) -> dict | None:
+    """The held-out choices against the vendor's time (vendor_times) for the same problem: the
+    geometric mean of vendor time over chosen time, and over the fastest candidate's time."""
+    pairs = [(vendor[key], c) for c in choices
+             if (key := (op, _shape_key(c["shape"]))) in vendor]
     if not pairs:
         return None
 
@@ -327,10 +333,10 @@ def main() -> None:
                 print(f"seeded {seed_synthetic(store, problems, args.arch)} SYNTHETIC rows")
         resources = no_resources if args.no_resources else compile_cache_resources(args.arch)
         figures["operators"] = {op: evaluate_op(store, op, args, resources) for op in args.ops}
+        times = vendor_times(args.recording) if args.recording else {}
         for op, found in figures["operators"].items():
             held = found.get("leave_one_network_out")
-            vendor = held and args.recording and against_vendor(op, held["choices"],
-                                                               args.recording)
+            vendor = held and against_vendor(op, held["choices"], times)
             if vendor:
                 held["against_vendor"] = vendor
                 print(f"{op}: held-out networks' choices against the vendor ({vendor['problems']} "

@@ -80,8 +80,7 @@ class GpuWorker:
         try:
             for instance in instances:
                 family = get_family(instance.family)
-                reason = ((family.unsupported_target(self.target) if family.compiled else None)
-                          or family.applicable(instance, problem))
+                reason = family.refusal(instance, problem, self.target)
                 if reason:
                     yield instance, PairResult("unsupported", message=reason,
                                                policy=policy.model_dump())

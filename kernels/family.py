@@ -104,6 +104,11 @@ class KernelFamily(abc.ABC):
             return f"{self.name} runs on {', '.join(self.targets)} only, not on {target}"
         return None
 
+    def refusal(self, instance: Instance, problem: Any, target: str) -> str | None:
+        """Why `instance` cannot run `problem` on devices of `target` (the family's targets
+        first, then its shape rules), or None when it can."""
+        return self.unsupported_target(target) or self.applicable(instance, problem)
+
     def runnable(self, instance: Instance, problem: Any, device: Any, module: Any,
                  pointers: dict[str, int]) -> Any:
         """The instance's work on `problem`, ready to enqueue (farm.launch.Runnable)."""

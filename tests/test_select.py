@@ -264,7 +264,7 @@ def test_bench_select_eval_puts_held_out_choices_against_the_vendor(tmp_path):
     without one are left out."""
     import pandas as pd
 
-    from bench.select_eval import against_vendor
+    from bench.select_eval import against_vendor, vendor_times
     from farm.recording import COLUMNS, write_recording
 
     shape = {"N": 32, "C": 64, "K": 64, "G": 1, "H": 56, "W": 56, "R": 3, "S": 3,
@@ -278,12 +278,13 @@ def test_bench_select_eval_puts_held_out_choices_against_the_vendor(tmp_path):
     path = write_recording(rows, {"fingerprint": "none", "arch": ARCH}, [],
                            tmp_path / "vendor.parquet")
     other = dict(shape, N=8)
+    times = vendor_times([path])
     found = against_vendor("conv2d_fwd", [
         {"shape": shape, "chosen": "a", "chosen_us": 5.0, "fastest_us": 4.0},
-        {"shape": other, "chosen": "b", "chosen_us": 1.0, "fastest_us": 1.0}], [path])
+        {"shape": other, "chosen": "b", "chosen_us": 1.0, "fastest_us": 1.0}], times)
     assert found == {"problems": 1, "chosen": pytest.approx(2.0), "fastest": pytest.approx(2.5)}
     assert against_vendor("conv2d_bwd_data", [{"shape": shape, "chosen": "a", "chosen_us": 5.0,
-                                               "fastest_us": 4.0}], [path]) is None
+                                               "fastest_us": 4.0}], times) is None
 
 
 def test_retraining_is_due_after_20_percent_growth(fwd):

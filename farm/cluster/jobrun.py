@@ -115,8 +115,8 @@ class JobRun:
     def _start_pair(self, pair: Pair) -> None:
         instance, family = self.plan.instances[pair[1]], self.families[pair[1]]
         if family.compiled:
-            reason = (family.unsupported_target(self.compiles.target)
-                      or family.applicable(instance, self.plan.problems[pair[0]]))
+            reason = family.refusal(instance, self.plan.problems[pair[0]],
+                                    self.compiles.target)
             if reason:  # a shape rule, checked here so the pair never reaches a GPU
                 self._final(pair, {"status": "unsupported", "message": reason,
                                    **self.policy_row})
