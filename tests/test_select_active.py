@@ -59,7 +59,7 @@ def test_the_coordinator_queues_the_batch_as_a_job_of_the_candidate_families(fwd
     assert summary.status == "queued" and "active-sampling conv2d_fwd" in summary.name
     spec = fwd.store.job_spec(job)["spec"]
     assert sorted(k["family"] for k in spec["kernels"]) == [
-        "conv_direct", "conv_igemm", "conv_naive", "conv_wgmma"]
+        "conv_direct", "conv_igemm", "conv_naive", "conv_wgmma", "conv_wgmma_split"]
     assert spec["problems"][0]["inline"] == batch.fields()
 
 
@@ -69,3 +69,30 @@ def test_an_empty_pool_or_count_gives_no_job(fwd, count):  # noqa: F811
 
     batch = plan_batch(fwd.model, fwd.data, count=count, pool_size=50, seed=2)
     assert batch.problems == () and queue_batch(fwd.store, batch, "sm_90", 1) is None
+
+
+def test_a_listed_pool_gives_only_its_new_shapes(fwd, tmp_path):  # noqa: F811
+    """--active-shapes: the batch comes from a spec's problems (those of its operator and dtype),
+    never a measured one; a spec that does not load is refused with its reason."""
+    import yaml
+
+    from farm.cluster.retrain import listed_shapes
+    from farm.specs import SpecError
+
+    listed = coverage_shapes(40, seed=5)
+    spec = tmp_path / "pool.yaml"
+    spec.write_text(yaml.safe_dump({"name": "pool", "operator": "conv2d_fwd", "dtype": "bf16",
+                                    "problems": [{"inline": listed}]}))
+    pool = listed_shapes(str(spec))
+    assert list(pool) == [("conv2d_fwd", "bf16")] and len(pool["conv2d_fwd", "bf16"]) == 40
+    measured = fwd.data.frame.drop_duplicates("problem").head(3)
+    shapes = pool["conv2d_fwd", "bf16"] + [
+        {f: int(r[f]) for f in pool["conv2d_fwd", "bf16"][0]} for _, r in measured.iterrows()]
+    batch = plan_batch(fwd.model, fwd.data, count=12, shapes=shapes)
+    fields = list(shapes[0])
+    chosen = [{f: getattr(p, f) for f in fields} for p in batch.problems]
+    assert len(chosen) == 12 and all(c in pool["conv2d_fwd", "bf16"] for c in chosen)
+    assert listed_shapes(None) == {}
+    spec.write_text("name: pool\noperator: conv2d_fwd\n")
+    with pytest.raises(SpecError, match="pool.yaml"):
+        listed_shapes(str(spec))

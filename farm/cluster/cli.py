@@ -71,17 +71,22 @@ def run(until_idle: Annotated[bool, typer.Option(
                  "unsure or was wrong (active sampling; 0: off)")] = 0,
         active_rounds: Annotated[int, typer.Option(
             help="Active-sampling jobs per operator/arch/dtype at most")] = 3,
+        active_shapes: Annotated[Optional[Path], typer.Option(
+            help="Choose the active-sampling shapes of this spec's operator and dtype from "
+                 "the spec's problems (else from generated shapes)")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress bars")] = False,
         db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
     """The coordinator: measure queued jobs on every GPU of the Ray cluster (or replay)."""
     from farm.cluster.coordinator import Coordinator, NoWorkers
     from farm.cluster.progress import ProgressBars
     from farm.recording import RecordingError
+    from farm.specs import SpecError
 
     config = _config(ray_address, replay, replay_actors, replay_pace, arch,
                      hang_slack_s=hang_slack, stale_after_s=stale_after, max_batch=max_batch,
                      retrain=retrain, retrain_every_s=retrain_every,
-                     active_batch=active_batch, active_rounds=active_rounds)
+                     active_batch=active_batch, active_rounds=active_rounds,
+                     active_shapes=str(active_shapes) if active_shapes else None)
     from farm.cli import _errors
 
     with _errors():
@@ -95,7 +100,7 @@ def run(until_idle: Annotated[bool, typer.Option(
             with reporter:
                 outcomes = Coordinator(store, config, reporter).run(until_idle,
                                                                     only=job or None)
-    except (NoWorkers, RecordingError) as exc:
+    except (NoWorkers, RecordingError, SpecError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:

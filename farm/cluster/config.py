@@ -41,6 +41,8 @@ class CoordinatorConfig:
     # or was wrong (farm/select/active.py); 0: no active sampling
     active_rounds: int = 3  # ... at most this many such jobs per operator/arch/dtype
     active_pool: int = 2000  # ... chosen from this many generated shapes
+    active_shapes: str | None = None  # ... or from the problems of this job spec (its operator
+    # and dtype; the others still from generated shapes)
 
 
 class Reporter(Protocol):

@@ -25,9 +25,9 @@ Target = tuple[str, str, str]  # operator, arch, dtype
 @ray.remote(num_cpus=1, max_retries=0)
 def train_task(db_url: str, operator: str, arch: str, dtype: str,
                include_replay: bool, active_batch: int = 0, active_pool: int = 2000,
-               seed: int = 0) -> tuple[Any, Any, Any]:
+               seed: int = 0, shapes: list[dict] | None = None) -> tuple[Any, Any, Any]:
     """Load an operator/arch/dtype's measurements and train its model: (TrainedModel, Dataset,
-    the SamplingBatch to measure next or None)."""
+    the SamplingBatch to measure next, from `shapes` if given, or None)."""
     from farm.select.active import plan_batch
     from farm.select.catalogue import compile_cache_resources
     from farm.select.data import SplitConfig, load_dataset
@@ -39,7 +39,8 @@ def train_task(db_url: str, operator: str, arch: str, dtype: str,
         data = load_dataset(store, operator, arch, dtype, SplitConfig(),
                             compile_cache_resources(arch), include_replay)
         model = train(data)
-        batch = plan_batch(model, data, active_batch, active_pool, seed) if active_batch else None
+        batch = (plan_batch(model, data, active_batch, active_pool, seed, shapes=shapes)
+                 if active_batch else None)
         return model, data, batch
     finally:
         store.engine.dispose()
@@ -61,6 +62,20 @@ def queue_batch(store: Queries, batch: Any, arch: str, round_: int) -> int | Non
     return queue(resolve_spec(spec, Path("active-sampling")), store)
 
 
+def listed_shapes(spec_path: str | None) -> dict[tuple[str, str], list[dict]]:
+    """A job spec's problems as active sampling's pool for its operator and dtype ({} without
+    one); a spec that does not load raises SpecError, before anything runs."""
+    from farm.specs import load_spec
+    from kernels.registry import operator_spec
+
+    if spec_path is None:
+        return {}
+    resolved = load_spec(spec_path)
+    fields = operator_spec(resolved.spec.operator).fields
+    return {(resolved.spec.operator, resolved.spec.dtype):
+            [{f: getattr(p, f) for f in fields} for p in resolved.problems]}
+
+
 def task_url(store: Queries) -> str:
     """The store's URL for a task in another process (a SQLite path made absolute)."""
     url = store.engine.url
@@ -79,6 +94,7 @@ class Retrainer:
         self.deferred: set[Target] = set()  # due checks that waited for a running training
         self.registered: list[Any] = []  # Registrations, oldest first
         self.sampled: dict[Target, list[int]] = {}  # active-sampling jobs queued per target
+        self.listed = listed_shapes(config.active_shapes)  # (operator, dtype) -> the pool
         self.last_check = time.monotonic()
 
     def poll(self, check: bool = False) -> None:
@@ -132,7 +148,8 @@ class Retrainer:
                 rounds = len(self.sampled.get((operator, arch, dtype), []))
                 batch = c.active_batch if rounds < c.active_rounds else 0
                 ref = train_task.remote(task_url(self.store), operator, arch, dtype,
-                                        c.retrain_include_replay, batch, c.active_pool, rounds)
+                                        c.retrain_include_replay, batch, c.active_pool, rounds,
+                                        self.listed.get((operator, dtype)))
                 self.running[ref] = ((operator, arch, dtype), due.measurements)
                 self.reporter.note(f"training a selection model for {operator} {dtype} on "
                                    f"{arch}: {due.reason}")

@@ -1,7 +1,8 @@
 """Active sampling: the shapes an operator's model should be taught next, where it is unsure or
 was wrong.
 
-From a pool of unmeasured shapes (the operator's coverage_shapes), a batch takes
+From a pool of unmeasured shapes (the operator's coverage_shapes, or the shapes a user listed),
+a batch takes
   - the nearest pool shape to each problem the model chose badly on (efficiency under
     `wrong_below` on its validation and held-out problems, worst first; nearest in log2(1 + v)
     of the numeric shape fields), up to half of the batch;
@@ -72,13 +73,15 @@ def _log_fields(operator: str, shapes: Sequence[dict]) -> np.ndarray:
 
 
 def plan_batch(model: TrainedModel, data: Dataset, count: int, pool_size: int = 2000,
-               seed: int = 0, wrong_below: float = 0.9) -> SamplingBatch:
-    """The next `count` shapes to measure for `model`'s operator (see the module docstring)."""
+               seed: int = 0, wrong_below: float = 0.9,
+               shapes: Sequence[dict] | None = None) -> SamplingBatch:
+    """The next `count` shapes to measure for `model`'s operator (see the module docstring),
+    from `shapes` if given, else from `pool_size` generated ones."""
     op = operator_spec(data.operator)
     measured = set(geometries(data.operator, data.frame.drop_duplicates("problem")))
     fields = geometry_fields(data.operator)
     pool = []
-    for shape in op.coverage_shapes(pool_size, seed):
+    for shape in (op.coverage_shapes(pool_size, seed) if shapes is None else shapes):
         p = op.problem(data.dtype, shape)
         if tuple(int(getattr(p, f)) for f in fields) not in measured:
             pool.append(p)
