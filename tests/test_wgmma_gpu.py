@@ -1,6 +1,6 @@
-"""conv_wgmma on a Hopper GPU: every instance against the reference on edge shapes, in every
-direction (skipped where there is no GPU; an sm_90a compile is needed, so other GPUs record
-compile errors, which this test reports)."""
+"""conv_wgmma and conv_wgmma_split on a Hopper GPU: every instance against the reference on edge
+shapes, in every direction (skipped where there is no GPU; an sm_90a compile is needed, so other
+GPUs record compile errors, which this test reports)."""
 
 import pytest
 
@@ -45,4 +45,28 @@ def worker():
 def test_every_wgmma_instance_is_right(worker, op, dtype):
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in EDGES]
     failures = verify_on_edges(worker, op, dtype, ["conv_wgmma"], problems)
+    assert not failures, "\n".join(failures[:40])
+
+
+# Shapes whose tiles leave the GPU idle (small N x P x Q, long reductions), where
+# conv_wgmma_split splits: stride residues with taps of unequal counts, groups, ragged edges,
+# and up to 36 slices adding into one tile.
+SPLIT_EDGES = [
+    dict(N=2, C=64, K=64, G=1, H=8, W=8, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=40, K=24, G=1, H=13, W=11, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=8, C=128, K=128, G=1, H=28, W=28, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=520, K=264, G=1, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=24, K=40, G=1, H=31, W=29, R=7, S=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3),
+    dict(N=1, C=1024, K=256, G=1, H=14, W=14, R=1, S=1),
+    dict(N=1, C=512, K=512, G=1, H=4, W=4, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=512, K=512, G=4, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=64, K=512, G=1, H=15, W=13, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data"])
+def test_every_split_instance_is_right(worker, op, dtype):
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in SPLIT_EDGES]
+    failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_split"], problems)
     assert not failures, "\n".join(failures[:40])

@@ -12,6 +12,7 @@ from kernels.family import Instance
 
 PEAK, BANDWIDTH, SMS = 989e12, 3350e9, 132
 _VEC = {8: 1.0, 4: 0.72, 2: 0.48, 1: 0.3}
+REDUCED = {"conv2d_fwd": "output", "conv2d_bwd_data": "input", "conv2d_bwd_weight": "weight"}
 
 
 def _igemm_us(p: ConvProblem, c: dict) -> float:
@@ -29,7 +30,8 @@ def _igemm_us(p: ConvProblem, c: dict) -> float:
     compute = p.flops / (PEAK * rate * useful * min(1.0, waves / math.ceil(waves)))
     reads = 2 * p.G * (m * k * tn + n * k * tm) + p.min_bytes
     memory = reads / (BANDWIDTH * 0.8 * min(1.0, blocks / SMS))
-    reduce = (8 * split * p.tensor_elements()["weight"] / BANDWIDTH) if split > 1 else 0.0
+    reduced = p.tensor_elements()[REDUCED[p.op]]  # the split sums' tensor
+    reduce = (8 * split * reduced / BANDWIDTH) if split > 1 else 0.0
     return (max(compute, memory) + reduce) * 1e6 + 4.0 + (3.0 if split > 1 else 0.0)
 
 
@@ -54,6 +56,12 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
         split = WGMMA.splits(instance, problem)[0] if "split_k" in c else 1  # 0: fill
         base = 0.7 * _igemm_us(problem, {**c, "warps_m": threads(c) // 32, "warps_n": 1,
                                          "vec": 8, "split_k": split})
+    elif instance.family == "conv_wgmma_split":  # the same, its reduction split over the grid
+        from kernels.conv.wgmma import threads
+        from kernels.conv.wgmma_split import FAMILY as SPLIT
+
+        base = 0.7 * _igemm_us(problem, {**c, "warps_m": threads(c) // 32, "warps_n": 1,
+                                         "vec": 8, "split_k": SPLIT.splits(instance, problem)[0]})
     elif instance.family == "conv_direct":
         base = _direct_us(problem, c)
     else:
