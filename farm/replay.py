@@ -4,7 +4,9 @@ GpuWorker interface, so the whole farm (coordinator, actors, store) runs on any 
 Its rows carry an environment named "replay of <GPU>" whose replay_of is the recorded
 environment's fingerprint, so they never mix with real measurements (TimingFilter's
 include_replay). A pair the recording lacks, or recorded from a different kernel source, is
-`not_recorded`. A recorded fault plays out as on the GPU: "exit" yields the pair's launch_error
+`not_recorded`, unless the rules of its compiled family refuse it on the recorded GPU's target:
+those need no GPU, so it is `unsupported` as on the GPU (a library call's rules depend on the
+host that ran it, so a missing vendor pair stays not_recorded). A recorded fault plays out as on the GPU: "exit" yields the pair's launch_error
 and raises DeviceLost (the actor process exits), "hang" sleeps until the coordinator kills it.
 """
 
@@ -24,6 +26,7 @@ from farm.recording import (TIMING_FIELDS, Recording, RecordingError, cell, read
 from farm.timing import TimingPolicy
 from farm.worker import target_of
 from kernels.family import Instance
+from kernels.registry import get_family
 
 
 class ReplayWorker:
@@ -79,6 +82,12 @@ class ReplayWorker:
                 time.sleep(self.pace_s)
             row = self._rows.get((instance.family, instance.name, problem.key))
             if row is None or row["source_hash"] != instance.source_hash:
+                family = get_family(instance.family)
+                reason = family.compiled and family.refusal(instance, problem, self.target)
+                if reason:
+                    yield instance, PairResult("unsupported", message=reason,
+                                               policy=policy.model_dump())
+                    continue
                 why = ("the recording has no measurement of this pair" if row is None else
                        f"recorded from source {row['source_hash']}, the instance's source is "
                        f"now {instance.source_hash}")

@@ -1,6 +1,7 @@
 """Recordings and the replay device (no Ray): `farm record` exports a finished job's GPU rows
 with their environment; the replay worker serves them back with the same statuses and
-timings, labelled as a replay; pairs it lacks are not_recorded; recorded faults play out."""
+timings, labelled as a replay; pairs it lacks are not_recorded (unsupported where the rules refuse
+them); recorded faults play out."""
 
 import dataclasses
 import os
@@ -77,6 +78,14 @@ def test_record_then_replay_gives_the_same_rows(db_url, tmp_path):
     changed = dataclasses.replace(plan.instances[kernel_ids[0]], source_hash="0" * 32)
     [(_, stale)] = worker.measure_problem(problem, [changed])
     assert stale.status == "not_recorded" and "source" in stale.message
+    # a pair missing from the recording that its family's rules refuse needs no GPU to settle
+    from kernels.registry import families_for
+
+    refused = next((i, f.refusal(i, problem, worker.target)) for f in families_for(problem.op)
+                   for i in f.instances(problem.op, problem.dtype)
+                   if f.compiled and f.refusal(i, problem, worker.target))
+    [(_, settled)] = worker.measure_problem(problem, [refused[0]])
+    assert (settled.status, settled.message) == ("unsupported", refused[1])
 
 
 def test_import_recording_loads_real_rows_under_the_recorded_environment(tmp_path):
