@@ -14,6 +14,8 @@ out, every other shape trains or validates):
     export and through LightGBM; the C export alone, timed in C);
   * with --shift-recording FILE (one of the recordings): its shapes, generated from another
     distribution than the rest, held out at any batch size from a model trained on the rest;
+  * with --shift-where QUERY: the shapes of a region of the space (e.g. "R >= 5": filters
+    larger than any trained on) held out the same way, for operators without such a recording;
   * with --timing-rows N: the training time of all model kinds on N training rows of SYNTHETIC
     measurements (timing only: the real sweep has fewer rows), first operator only.
 A held-out network is judged only on the shapes that no training network has at any batch size
@@ -194,25 +196,44 @@ def networks_table(data: Dataset, config: TrainConfig) -> dict:
             "training_seconds_per_fold": found["training_seconds"]}
 
 
-def shift_table(data: Dataset, config: TrainConfig, path: Path) -> dict:
-    """The shapes of the recording `path` held out from a model trained on all the others."""
+def recording_shapes(data: Dataset, path: Path) -> set[tuple[int, ...]]:
+    """The geometries of the operator's problems in the recording `path`."""
     import pandas as pd
 
     from farm.recording import read_recording
-    from farm.select.crossval import hold_out_shapes
     from farm.select.data import geometries
 
     frame = read_recording(path).frame
     frame = frame[frame["operator"] == data.operator].drop_duplicates("problem_key")
     fields = pd.DataFrame([json.loads(shape) for shape in frame["shape"]])  # one column a field
-    shapes = set(geometries(data.operator, fields))
+    return set(geometries(data.operator, fields))
+
+
+def region_shapes(data: Dataset, where: str) -> set[tuple[int, ...]]:
+    """The geometries of the data's problems in a region of the shape space (a pandas query
+    over the shape fields, e.g. "R >= 5")."""
+    from farm.select.data import geometries
+
+    problems = data.frame.drop_duplicates("problem")
+    try:
+        return set(geometries(data.operator, problems.query(where)))
+    except Exception as exc:  # noqa: BLE001 - pandas raises many kinds for a bad expression
+        raise SystemExit(f"--shift-where {where!r} is not a query over {data.operator}'s "
+                         f"shape fields: {exc}") from None
+
+
+def shift_table(data: Dataset, config: TrainConfig, shapes: set[tuple[int, ...]],
+                label: str) -> dict:
+    """The problems of these geometries (any batch size) held out from a model trained on all
+    the others."""
+    from farm.select.crossval import hold_out_shapes
     from farm.select.selector import Selector
     from farm.select.train import usable
 
     part = hold_out_shapes(data, shapes)
     model = train(part, config)
     held = model.metrics["holdout"]
-    print(f"  {path.name} held out ({len(shapes)} shapes, any batch): "
+    print(f"  {label} held out ({len(shapes)} shapes, any batch): "
           f"{Efficiency(**held).line()}")
     rows = usable(part.part("holdout"))
     selector = Selector(bundle_files(model), "lightgbm")
@@ -221,7 +242,7 @@ def shift_table(data: Dataset, config: TrainConfig, path: Path) -> dict:
     for w in worst:
         print(f"    worst: {w['efficiency']:.3f} {w['shape']}: {w['chosen']} (fastest "
               f"{w['fastest']})")
-    return {"recording": path.name, "shapes": len(shapes), "kind": model.metrics["kind"],
+    return {"held_out": label, "shapes": len(shapes), "kind": model.metrics["kind"],
             "holdout": held, "worst": worst}
 
 
@@ -241,7 +262,11 @@ def evaluate_op(store, op: str, args, resources) -> dict:
     if args.folds == "networks":
         figures["leave_one_network_out"] = networks_table(data, config)
     if args.shift_recording:
-        figures["shift"] = shift_table(data, config, args.shift_recording)
+        figures["shift"] = shift_table(data, config, recording_shapes(data, args.shift_recording),
+                                       args.shift_recording.name)
+    if args.shift_where:
+        figures["shift_region"] = shift_table(data, config, region_shapes(data, args.shift_where),
+                                              f"the region {args.shift_where}")
     model = train(data, config)
     m = model.metrics
     print(f"  default held-out networks: {m['training_rows']} training rows, trained every "
@@ -301,6 +326,10 @@ def main() -> None:
     parser.add_argument("--shift-recording", type=Path, default=None, metavar="FILE",
                         help="one of the recordings: its shapes held out from a model trained "
                              "on the others")
+    parser.add_argument("--shift-where", default=None, metavar="QUERY",
+                        help="a region of the shape space (a pandas query over the shape "
+                             "fields, e.g. \"R >= 5\"): its shapes held out from a model "
+                             "trained on the rest")
     parser.add_argument("--timing-rows", type=int, default=0, metavar="ROWS")
     parser.add_argument("--no-resources", action="store_true")
     parser.add_argument("--seed-synthetic", type=int, default=0, metavar="PROBLEMS")

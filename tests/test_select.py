@@ -240,7 +240,7 @@ def test_bench_select_eval_holds_out_a_recordings_shapes(fwd, tmp_path, capsys):
     training at any batch size."""
     import pandas as pd
 
-    from bench.select_eval import shift_table
+    from bench.select_eval import recording_shapes, shift_table
     from farm.recording import COLUMNS, write_recording
     from farm.select.data import geometries
     from farm.select.train import TrainConfig
@@ -253,10 +253,30 @@ def test_bench_select_eval_holds_out_a_recordings_shapes(fwd, tmp_path, capsys):
     rows["problem_key"] = [f"p{i}" for i in range(len(shapes))]
     path = write_recording(rows, {"fingerprint": "none", "arch": ARCH}, [],
                            tmp_path / "shift.parquet")
-    table = shift_table(fwd.data, TrainConfig(rounds=10, kinds=("regressor",)), path)
+    table = shift_table(fwd.data, TrainConfig(rounds=10, kinds=("regressor",)),
+                        recording_shapes(fwd.data, path), path.name)
     held = len(set(geometries("conv2d_fwd", shapes)))
     assert f"shift.parquet held out ({held} shapes, any batch)" in capsys.readouterr().out
     assert table["shapes"] == held and table["holdout"]["problems"] >= held
+
+
+def test_bench_select_eval_holds_out_a_region_of_the_space(fwd, capsys):
+    """--shift-where: every problem of a region (a query over the shape fields) held out, at
+    any batch size; a query that is not one says so."""
+    from bench.select_eval import region_shapes, shift_table
+    from farm.select.train import TrainConfig
+
+    problems = fwd.data.frame.drop_duplicates("problem")
+    shapes = region_shapes(fwd.data, "R >= 5")
+    assert shapes and {s[CONV_FIELDS.index("R")] for s in shapes} <= {5, 6, 7, 8, 9, 10, 11}
+    assert len(shapes) == len({tuple(r) for r in problems[problems["R"] >= 5][
+        list(CONV_FIELDS)].itertuples(index=False, name=None)})
+    table = shift_table(fwd.data, TrainConfig(rounds=10, kinds=("regressor",)), shapes,
+                        "the region R >= 5")
+    assert "the region R >= 5 held out" in capsys.readouterr().out
+    assert table["holdout"]["problems"] >= len(shapes)
+    with pytest.raises(SystemExit, match="not a query"):
+        region_shapes(fwd.data, "no_such_field > 1")
 
 
 def test_bench_select_eval_puts_held_out_choices_against_the_vendor(tmp_path):
