@@ -142,8 +142,12 @@ def held_out_choices(op: str, frame, cost, safe, depth: int) -> list[dict]:
             for r in choices(frame, cost, safe, depth).to_dict("records")]
 
 
-def _shape_key(shape: dict) -> tuple:
-    return tuple(sorted((k, int(v)) for k, v in shape.items()))
+def _shape_key(op: str, shape: dict) -> tuple:
+    """The numeric shape fields' values (a text field, such as an activation, is not part of
+    the geometry the choices carry)."""
+    from farm.select.data import geometry_fields
+
+    return tuple(int(shape[f]) for f in geometry_fields(op))
 
 
 def vendor_times(recordings: list[Path]) -> dict[tuple, float]:
@@ -154,7 +158,7 @@ def vendor_times(recordings: list[Path]) -> dict[tuple, float]:
     for path in recordings:
         f = read_recording(path).frame
         f = f[(f["family"] == "vendor") & (f["status"] == "ok")]
-        times.update({(op, _shape_key(json.loads(shape))): us
+        times.update({(op, _shape_key(op, json.loads(shape))): us
                       for op, shape, us in zip(f["operator"], f["shape"], f["median_us"])})
     return times
 
@@ -163,7 +167,7 @@ def against_vendor(op: str, choices: list[dict], vendor: dict[tuple, float]) -> 
     """The held-out choices against the vendor's time (vendor_times) for the same problem: the
     geometric mean of vendor time over chosen time, and over the fastest candidate's time."""
     pairs = [(vendor[key], c) for c in choices
-             if (key := (op, _shape_key(c["shape"]))) in vendor]
+             if (key := (op, _shape_key(op, c["shape"]))) in vendor]
     if not pairs:
         return None
 

@@ -305,6 +305,16 @@ def test_bench_select_eval_puts_held_out_choices_against_the_vendor(tmp_path):
     assert found == {"problems": 1, "chosen": pytest.approx(2.0), "fastest": pytest.approx(2.5)}
     assert against_vendor("conv2d_bwd_data", [{"shape": shape, "chosen": "a", "chosen_us": 5.0,
                                                "fastest_us": 4.0}], times) is None
+    # an operator with a text field (dwsep's activation): matched on the numeric geometry
+    block = {"N": 1, "C": 32, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3, "stride": 1, "pad": 1,
+             "multiplier": 1, "activation": "relu6", "pw_bias": 0}
+    rows["operator"], rows["shape"] = "dwsep_fwd", json.dumps(block)
+    path = write_recording(rows, {"fingerprint": "none", "arch": ARCH}, [],
+                           tmp_path / "dwsep.parquet")
+    geometry = {k: v for k, v in block.items() if k != "activation"}
+    found = against_vendor("dwsep_fwd", [{"shape": geometry, "chosen": "a", "chosen_us": 5.0,
+                                          "fastest_us": 5.0}], vendor_times([path]))
+    assert found == {"problems": 1, "chosen": pytest.approx(2.0), "fastest": pytest.approx(2.0)}
 
 
 def test_retraining_is_due_after_20_percent_growth(fwd):
