@@ -190,6 +190,26 @@ def test_registry_promotes_only_what_is_not_worse(fwd):
     assert third.promoted and third.model.version == 3
 
 
+def test_promotion_also_scores_the_validation_problems_measured_since(fwd):
+    """Problems measured after the promoted model's data (active sampling's, a new sweep's) that
+    the new model only validated on count in the comparison; older ones do not."""
+    from farm.select.registry import _comparison_rows
+
+    store, data = fwd.store, fwd.data
+    register(store, fwd.model, data)
+    incumbent = ModelQueries(store).promoted_model("conv2d_fwd", ARCH, DTYPE)
+    rows, basis = _comparison_rows(data, incumbent)
+    assert basis == "the same held-out rows"
+    assert set(rows["problem"]) == set(usable(data.part("holdout"))["problem"])
+    validation = sorted(set(data.part("validation")["problem"]))[:5]
+    frame = data.frame.copy()
+    later = frame["problem"].isin(validation)
+    frame.loc[later, "id"] += incumbent.data_window["last_id"]  # measured since
+    rows, basis = _comparison_rows(dataclasses.replace(data, frame=frame), incumbent)
+    assert basis.endswith(f"and the 5 validation problems measured since model {incumbent.id}")
+    assert set(rows["problem"]) == set(usable(data.part("holdout"))["problem"]) | set(validation)
+
+
 def test_cli_train_list_export_select(fwd, tmp_path):
     runner = CliRunner()
     env = {"FARM_DB_URL": fwd.url}

@@ -53,13 +53,15 @@ def ranked(frame: pd.DataFrame, cost: np.ndarray, safe: np.ndarray | None = None
            depth: int = 0) -> pd.DataFrame:
     """Applicable candidates of problems that have an oracle, best first per problem (the
     guard applied where `safe` is given), with `rank` and `eff` (oracle / time; 0 for a failed
-    measurement)."""
+    measurement). The oracle is the fastest applicable pair of the frame, whether the model
+    knows it or not (a NaN cost: left out of the ranks only), so that two models with other
+    candidates are scored against the same best."""
     f = frame.assign(cost=np.asarray(cost, dtype=np.float64),
                      safe=True if safe is None else np.asarray(safe, dtype=bool))
-    f = f[f["applicable"].to_numpy(bool) & ~np.isnan(f["cost"].to_numpy())]
+    f = f[f["applicable"].to_numpy(bool)]
     ok = f["status"].eq("ok").to_numpy()
     oracle = f[ok].groupby("problem")["median_us"].min()
-    f = f[f["problem"].isin(oracle.index)]
+    f = f[~np.isnan(f["cost"].to_numpy()) & f["problem"].isin(oracle.index).to_numpy()]
     f = f.sort_values(["problem", "cost", "candidate"], kind="stable")
     if safe is not None and depth > 1:
         order = f.groupby("problem").cumcount().to_numpy()

@@ -1,7 +1,9 @@
 """The model registry: every trained model is a `models` row (metrics, data window) with its
 bundle as a `model_bundle` artifact. A new model is promoted only if it chooses at least as
-well as the promoted one on the new model's held-out problems (both scored on the same rows),
-and `retrain_due` says when an operator/arch/dtype's data has grown enough for a new one."""
+well as the promoted one on the problems neither trained on (the new model's held-out problems
+and its validation problems measured since the promoted one's data; both scored on the same
+rows), and `retrain_due` says when an operator/arch/dtype's data has grown enough for a new
+one."""
 
 from __future__ import annotations
 
@@ -44,43 +46,69 @@ class RetrainDecision:
     at_last_model: int | None
 
 
-def _incumbent_mean(queries: Queries, incumbent: ModelSummary, data: Dataset | None
-                    ) -> tuple[float, str]:
-    """The promoted model's holdout mean efficiency on the new model's held-out rows (or, with
-    no data, the figure stored with it)."""
-    if data is None:
-        return incumbent.metrics.get("holdout", {}).get("mean", math.nan), "its stored holdout"
-    rows = usable(data.part("holdout"))
-    selector = Selector(unpack(ModelQueries(queries).model_bundle(incumbent.id)), "lightgbm")
+def _comparison_rows(data: Dataset, incumbent: ModelSummary) -> tuple[Any, str]:
+    """The rows both models are scored on: the held-out problems, and the validation problems
+    first measured after the incumbent's data (neither model trained on either; shapes that
+    active sampling or a new sweep added count, not only the held-out networks)."""
+    import pandas as pd
+
+    rows, basis = data.part("holdout"), "the same held-out rows"
+    since = incumbent.data_window.get("last_id")
+    if since is not None and "id" in data.frame:
+        validation = data.part("validation")
+        first = validation.groupby("problem")["id"].transform("min")
+        fresh = validation[first > since]
+        if len(fresh):
+            rows = pd.concat([rows, fresh])
+            basis += (f" and the {fresh['problem'].nunique()} validation problems measured "
+                      f"since model {incumbent.id}")
+    return usable(rows), basis
+
+
+def _mean(files: dict[str, str], rows: Any) -> float:
+    selector = Selector(files, "lightgbm")
     return efficiency(rows, selector.frame_costs(rows), selector.frame_safe(rows),
-                      selector.guard_depth).mean, "the same held-out rows"
+                      selector.guard_depth).mean
+
+
+def _scores(queries: Queries, model: TrainedModel, incumbent: ModelSummary,
+            data: Dataset | None) -> tuple[float, float, str]:
+    """The new and the promoted model's mean efficiency on the same rows (_comparison_rows),
+    or, with no data, their stored holdout figures."""
+    if data is None:
+        return (model.metrics["holdout"]["mean"],
+                incumbent.metrics.get("holdout", {}).get("mean", math.nan), "its stored holdout")
+    rows, basis = _comparison_rows(data, incumbent)
+    new = _mean(bundle_files(model), rows)
+    try:
+        old = _mean(unpack(ModelQueries(queries).model_bundle(incumbent.id)), rows)
+    except (ValueError, LookupError) as exc:  # a bundle this farm version cannot read
+        return new, math.nan, f"unreadable ({exc})"
+    return new, old, basis
 
 
 def register(queries: Queries, model: TrainedModel, data: Dataset | None = None,
              tolerance: float = 0.0) -> Registration:
-    """Store a model; promote it if it is not worse on the holdout than the promoted one."""
+    """Store a model; promote it if it is not worse than the promoted one on the problems
+    neither trained on (_comparison_rows)."""
     registry = ModelQueries(queries)
     bundle = pack(bundle_files(model))
     incumbent = registry.promoted_model(model.operator, model.arch, model.dtype)
     stored = registry.add_model(model.operator, model.arch, model.dtype, model.metrics,
                                 model.data_window, bundle, bundle_key(bundle),
                                 f"lightgbm {lgb.__version__}")
-    new = model.metrics["holdout"]["mean"]
     if incumbent is None:
         promote, reason = True, "first model of its operator/arch/dtype"
     else:
-        try:
-            old, basis = _incumbent_mean(queries, incumbent, data)
-        except (ValueError, LookupError) as exc:  # a bundle this farm version cannot read
-            old, basis = math.nan, f"unreadable ({exc})"
+        new, old, basis = _scores(queries, model, incumbent, data)
         if math.isnan(old):
             promote, reason = True, f"model {incumbent.id} cannot be scored: {basis}"
         elif math.isnan(new):
             promote, reason = False, "no held-out problems to compare on"
         else:
             promote = new >= old - tolerance
-            reason = (f"holdout mean efficiency {new:.4f} vs {old:.4f} of model "
-                      f"{incumbent.id} on {basis}")
+            reason = (f"mean efficiency {new:.4f} vs {old:.4f} of model {incumbent.id} on "
+                      f"{basis}")
     if promote:
         registry.promote_model(stored.id)
     return Registration(registry.model(stored.id), promote, reason)
