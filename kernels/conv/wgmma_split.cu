@@ -35,20 +35,21 @@ __device__ __forceinline__ void slice_range(int slice, int kt_per_split, int KT,
 }
 
 // One slice's sums of the tile (m0, n0) added into ws at row_offset(m) + column; the tile's
-// `splits`-th slice to count it at *counter writes out from ws (16-byte pieces are not needed:
-// the pairs' 4-byte stores follow the accumulator layout).
+// `splits`-th slice to count it at *counter writes out from ws, a pair (4 bytes) at a time in
+// the accumulators' layout.
 template <class RowOffset>
 __device__ __forceinline__ void add_slice(const Acc& acc, int wg, float* __restrict__ ws,
                                           int* counter, elem_t* __restrict__ out, int m0, int M,
-                                          int n0, int N, int splits, u64* bars,
+                                          int n0, int N, int splits, bool empty, u64* bars,
                                           RowOffset&& row_offset) {
-  for_each_pair(acc, wg, [&](int r, int c, float v0, float v1) {
-    const int m = m0 + r, j = n0 + c;
-    if (m >= M || j >= N) return;
-    float* o = ws + row_offset(m) + j;
-    atomicAdd(o, v0);
-    atomicAdd(o + 1, v1);
-  });
+  if (!empty)  // a slice past its residue's reduction has only zeros to add: it just counts
+    for_each_pair(acc, wg, [&](int r, int c, float v0, float v1) {
+      const int m = m0 + r, j = n0 + c;
+      if (m >= M || j >= N) return;
+      float* o = ws + row_offset(m) + j;
+      atomicAdd(o, v0);
+      atomicAdd(o + 1, v1);
+    });
   __threadfence();  // this block's sums before its count
   split_consumers_sync();
   volatile int* last = reinterpret_cast<volatile int*>(bars + 7);  // a spare barrier slot
@@ -111,7 +112,7 @@ wgmma_fwd_split(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
     Acc acc;
     consume(acc, stages, bars, wg, kt1 - kt0, step, total);
     add_slice(acc, wg, ws, counters + blockIdx.x + i * gridDim.x, y, m0, M, n0, p.Kg, splits,
-              bars, [&](int m) { return m * K + kg; });
+              kt1 == kt0, bars, [&](int m) { return m * K + kg; });
   }
 }
 
@@ -166,7 +167,7 @@ wgmma_bwd_data_split(const elem_t* __restrict__ dy, const elem_t* __restrict__ w
     Acc acc;
     consume(acc, stages, bars, wg, kt1 - kt0, step, total);
     add_slice(acc, wg, ws, counters + blockIdx.x + i * gridDim.x, dx, m0, rz.M, n0, p.Cg,
-              splits, bars, [&](int m) {
+              splits, kt1 == kt0, bars, [&](int m) {
                 const int n = by_hw.div(m), t = m - n * HW, a = by_wr.div(t), b = t - a * Wr;
                 return ((n * H + rh + a * sh) * W + rw + b * sw) * C + gc;
               });
