@@ -125,7 +125,10 @@ def worst_choices(op: str, frame, cost, safe, depth: int, count: int = 6) -> lis
 
     f = ranked(frame, cost, safe, depth)
     fields = list(operator_spec(op).fields)
-    best = f[f["fastest"]].drop_duplicates("problem").set_index("problem")["kernel"]
+    ok = frame[frame["applicable"].to_numpy(bool) & frame["status"].eq("ok").to_numpy()]
+    # the fastest pair, whether the model knows its instance or not (the oracle of `ranked`)
+    best = ok.sort_values(["problem", "median_us"]).drop_duplicates("problem").set_index(
+        "problem")["kernel"]
     chosen = f[f["rank"] == 0].sort_values(["eff", "problem"]).head(count)
     return [{"shape": ",".join(f"{k}={r[k]}" for k in fields), "efficiency": float(r["eff"]),
              "chosen": r["kernel"], "fastest": best.get(r["problem"])}
@@ -137,7 +140,8 @@ def held_out_choices(op: str, frame, cost, safe, depth: int) -> list[dict]:
     from farm.select.evaluate import choices
 
     fields = list(operator_spec(op).fields)
-    return [{"shape": {k: int(r[k]) for k in fields}, "chosen": r["kernel"],
+    return [{"shape": {k: r[k] if isinstance(r[k], str) else int(r[k]) for k in fields},
+             "chosen": r["kernel"],
              "chosen_us": float(r["median_us"]), "fastest_us": float(r["median_us"] * r["eff"])}
             for r in choices(frame, cost, safe, depth).to_dict("records")]
 

@@ -577,3 +577,25 @@ def test_bench_select_latency_times_an_earlier_revisions_export_beside_this_one(
     assert all(t["p50_us"] > 0 for t in fwd["c_export"].values())
     assert fwd["same_choice"].endswith("/40") and fwd["python_selector"]["p50_us"] > 0
     assert "Python Selector p50" in capsys.readouterr().out
+
+
+def test_worst_choices_name_the_fastest_pair_even_one_the_model_does_not_know(fwd):
+    """An instance the model dropped from its candidates (a NaN cost) still sets the problem's
+    best: the efficiency is against it, and the worst-choice list names it."""
+    from bench.select_eval import worst_choices
+    from farm.select.evaluate import ranked
+
+    held = usable(fwd.data.part("holdout"))
+    cost = fwd.selector.frame_costs(held)
+    ok = held[held["status"].eq("ok") & held["applicable"]]
+    fastest = ok.sort_values(["problem", "median_us"]).drop_duplicates("problem")
+    unknown = fastest.index[0]
+    problem = held.loc[unknown, "problem"]
+    cost = np.where(held.index == unknown, np.nan, cost)  # as if the model never knew it
+    f = ranked(held, cost)
+    rows = f[(f["problem"] == problem) & f["status"].eq("ok")]
+    assert unknown not in f.index and len(rows)
+    assert np.allclose(rows["median_us"] * rows["eff"], held.loc[unknown, "median_us"])
+    worst = worst_choices("conv2d_fwd", held, cost, None, 0, count=len(fastest))
+    names = {w["fastest"] for w in worst}
+    assert None not in names and held.loc[unknown, "kernel"] in names
