@@ -218,16 +218,13 @@ def recording_shapes(data: Dataset, path: Path) -> set[tuple[int, ...]]:
 
 
 def region_shapes(data: Dataset, where: str) -> set[tuple[int, ...]]:
-    """The geometries of the data's problems in a region of the shape space (a pandas query
-    over the shape fields, e.g. "R >= 5")."""
-    from farm.select.data import geometries
+    """farm.select.crossval.region_shapes, a bad query ending the run with its reason."""
+    from farm.select.crossval import region_shapes as shapes_in
 
-    problems = data.frame.drop_duplicates("problem")
     try:
-        return set(geometries(data.operator, problems.query(where)))
-    except Exception as exc:  # noqa: BLE001 - pandas raises many kinds for a bad expression
-        raise SystemExit(f"--shift-where {where!r} is not a query over {data.operator}'s "
-                         f"shape fields: {exc}") from None
+        return shapes_in(data, where)
+    except ValueError as exc:
+        raise SystemExit(f"--shift-where {exc}") from None
 
 
 def shift_table(data: Dataset, config: TrainConfig, shapes: set[tuple[int, ...]],

@@ -54,11 +54,13 @@ def stored_figures(metrics: dict) -> dict:
 
 
 EVALUATIONS = {"leave_one_network_out": "networks never trained on (pooled leave-one-out)",
-               "held_out_spec": "held-out shapes of {spec}"}
+               "held_out_spec": "held-out shapes of {spec}",
+               "held_out_region": "the held-out region {where}"}
 
 
 def stored_evaluations(metrics: dict) -> pd.DataFrame:
-    """The evaluations stored with a model (farm train --leave-networks-out, --holdout-spec):
+    """The evaluations stored with a model (farm train --leave-networks-out, --holdout-spec,
+    --holdout-where):
     one row each, with problems, mean, P10, min and top-2 / top-4 efficiency."""
     found = (metrics or {}).get("evaluations") if isinstance(metrics, dict) else None
     rows = []
@@ -68,7 +70,8 @@ def stored_evaluations(metrics: dict) -> pd.DataFrame:
             continue
         figures = entry.get("pooled", entry)
         top = figures.get("top_k") or {}
-        rows.append({"evaluation": label.format(spec=entry.get("spec", "?")),
+        rows.append({"evaluation": label.format(spec=entry.get("spec", "?"),
+                                                where=entry.get("where", "?")),
                      "problems": figures.get("problems"), "mean": figures.get("mean"),
                      "p10": figures.get("p10"), "min": figures.get("min"),
                      "top-2 efficiency": top.get("2"), "top-4 efficiency": top.get("4")})

@@ -551,6 +551,32 @@ def test_cli_train_stores_the_evaluations_on_unseen_shapes(tmp_path):
     assert pooled["problems"] > 10 and 0.5 < pooled["mean"] <= 1.0
 
 
+def test_cli_train_holds_out_a_region_and_stores_its_evaluation(tmp_path):
+    """farm train --holdout-where: every problem in the region held out, its figures stored with
+    the model (and shown on the dashboard's efficiency page); a query that is not one says so."""
+    from dashboard.analysis import stored_evaluations
+
+    url = f"sqlite:///{tmp_path / 'region.db'}"
+    store = open_store(url)
+    problems = synthetic_problems("conv2d_fwd", DTYPE, 60, 60)
+    seed_synthetic(store, problems)
+    env = {"FARM_DB_URL": url}
+    result = CliRunner().invoke(app, ["train", "--op", "conv2d_fwd", "--no-resources",
+                                      "--holdout-where", "R >= 5"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "(held out: the region R >= 5)" in result.stdout
+    [model] = ModelQueries(store).models("conv2d_fwd", ARCH, DTYPE)
+    region = model.metrics["evaluations"]["held_out_region"]
+    assert region["where"] == "R >= 5" and region["problems"] == model.metrics["holdout"][
+        "problems"] == model.data_window["holdout"]["shapes"]
+    assert 0 < region["problems"] <= sum(p.R >= 5 for p in problems)
+    shown = stored_evaluations(model.metrics)
+    assert shown["evaluation"].tolist() == ["the held-out region R >= 5"]
+    bad = CliRunner().invoke(app, ["train", "--op", "conv2d_fwd", "--no-resources",
+                                   "--holdout-where", "R >>> 5"], env=env)
+    assert bad.exit_code == 2 and "is not a query over conv2d_fwd's shape fields" in bad.output
+
+
 def test_bench_select_latency_times_an_earlier_revisions_export_beside_this_one(
         tmp_path, monkeypatch, capsys):
     """bench/select_latency.py on a small recording: this checkout's C export and the one the

@@ -58,11 +58,14 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
           holdout_spec: Annotated[Optional[Path], typer.Option(
               help="Hold out this sweep spec's shapes (at any batch size) instead of the "
                    "networks: e.g. generated shapes of another distribution")] = None,
+          holdout_where: Annotated[Optional[str], typer.Option(
+              help="Hold out a region of the shape space instead of the networks: a query over "
+                   "the shape fields, e.g. 'R >= 5' (any batch size)")] = None,
           db: DbOption = None) -> None:
     """Train, evaluate and register a selection model per operator/arch/dtype."""
     from farm.choices import check_operator
     from farm.select.catalogue import compile_cache_resources, no_resources
-    from farm.select.crossval import hold_out_shapes, leave_networks_out
+    from farm.select.crossval import hold_out_shapes, leave_networks_out, region_shapes
     from farm.specs import load_spec
     from farm.select.data import SplitConfig, load_dataset
     from farm.select.registry import register
@@ -92,10 +95,15 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
                     "distinct_shapes": found["distinct_shapes"]}
             if held_spec is not None and held_spec.spec.operator == o:
                 data = hold_out_shapes(data, {p.geometry() for p in held_spec.problems})
+            elif holdout_where:
+                data = hold_out_shapes(data, region_shapes(data, holdout_where))
             model = fit(data, config)
             if held_spec is not None and held_spec.spec.operator == o:
                 evaluations["held_out_spec"] = {"spec": held_spec.spec.name,
                                                 **model.metrics["holdout"]}
+            elif holdout_where:
+                evaluations["held_out_region"] = {"where": holdout_where,
+                                                  **model.metrics["holdout"]}
             if evaluations:
                 model = replace(model, metrics={**model.metrics, "evaluations": evaluations})
             done = register(store, model, data)

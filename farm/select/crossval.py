@@ -49,6 +49,17 @@ def hold_out_shapes(data: Dataset, shapes: set[tuple[int, ...]],
     return dataclasses.replace(data, frame=frame, window={**data.window, "holdout": described})
 
 
+def region_shapes(data: Dataset, where: str) -> set[tuple[int, ...]]:
+    """The geometries of the data's problems in a region of the shape space: a pandas query
+    over the shape fields, e.g. "R >= 5"; ValueError names a query that is not one."""
+    problems = data.frame.drop_duplicates("problem")
+    try:
+        return set(geometries(data.operator, problems.query(where)))
+    except Exception as exc:  # noqa: BLE001 - pandas raises many kinds for a bad expression
+        raise ValueError(f"{where!r} is not a query over {data.operator}'s shape fields: "
+                         f"{exc}") from None
+
+
 def networks_of(data: Dataset, split: SplitConfig = SplitConfig()) -> list[str]:
     """The networks any problem of the dataset occurs in."""
     members = network_membership(data.operator, networks_dir(data.operator, split))

@@ -265,4 +265,6 @@ def summary(model: TrainedModel) -> str:
         lines.append("  leave-one-network-out, pooled: " + Efficiency(**pooled).line())
     if "held_out_spec" in evaluations:
         lines.append(f"  (held out: the shapes of {evaluations['held_out_spec']['spec']})")
+    if "held_out_region" in evaluations:
+        lines.append(f"  (held out: the region {evaluations['held_out_region']['where']})")
     return "\n".join(lines)
