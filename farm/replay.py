@@ -6,8 +6,9 @@ environment's fingerprint, so they never mix with real measurements (TimingFilte
 include_replay). A pair the recording lacks, or recorded from a different kernel source, is
 `not_recorded`, unless the rules of its compiled family refuse it on the recorded GPU's target:
 those need no GPU, so it is `unsupported` as on the GPU (a library call's rules depend on the
-host that ran it, so a missing vendor pair stays not_recorded). A recorded fault plays out as on the GPU: "exit" yields the pair's launch_error
-and raises DeviceLost (the actor process exits), "hang" sleeps until the coordinator kills it.
+host that ran it, so a missing vendor pair stays not_recorded). A recorded fault plays out as
+on the GPU: "exit" yields the pair's launch_error and raises DeviceLost (the actor process
+exits), "hang" sleeps until the coordinator kills it.
 """
 
 from __future__ import annotations
