@@ -96,3 +96,27 @@ def test_a_listed_pool_gives_only_its_new_shapes(fwd, tmp_path):  # noqa: F811
     spec.write_text("name: pool\noperator: conv2d_fwd\n")
     with pytest.raises(SpecError, match="pool.yaml"):
         listed_shapes(str(spec))
+
+
+def test_a_batch_that_cannot_be_queued_is_a_note_not_a_stop(fwd, monkeypatch):  # noqa: F811
+    """The model is registered; the batch's failure is a note, not an exception that would stop
+    the coordinator."""
+    from farm.cluster import retrain
+    from farm.cluster.config import CoordinatorConfig
+    from farm.specs import SpecError
+
+    batch = plan_batch(fwd.model, fwd.data, count=4, pool_size=100, seed=2)
+    monkeypatch.setattr(retrain.ray, "get", lambda ref: (fwd.model, fwd.data, batch))
+
+    def refuse(*args):
+        raise SpecError("active-sampling: kernels[4]", "no instance")
+    monkeypatch.setattr(retrain, "queue_batch", refuse)
+    notes = []
+
+    class Notes:
+        def note(self, message):
+            notes.append(message)
+    trainer = retrain.Retrainer(fwd.store, CoordinatorConfig(active_batch=4), Notes())
+    trainer._finish(object(), ("conv2d_fwd", "sm_90", "bf16"), 1)
+    assert len(trainer.registered) == 1 and trainer.queued_jobs() == 0
+    assert "the batch could not be queued (active-sampling: kernels[4]: no instance)" in notes[-1]

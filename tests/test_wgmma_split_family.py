@@ -24,6 +24,10 @@ def test_config_space_is_conv_wgmmas_of_64_row_consumers_forward_and_backward_da
         assert [i.settings for i in FAMILY.instances(op, "bf16")] == [
             c for c in generate_configs(op) if c["wg_m"] == 64]
     assert FAMILY.instances("conv2d_bwd_weight", "bf16") == []
+    from farm.select.catalogue import candidate_families
+
+    assert FAMILY in candidate_families("conv2d_fwd")
+    assert FAMILY not in candidate_families("conv2d_bwd_weight")  # an active job names it not
     assert FAMILY.instances("conv2d_fwd", "fp32") == []
     assert FAMILY.targets == ("sm_90a",)
 

@@ -169,8 +169,15 @@ class Retrainer:
         self.reporter.note(f"model {done.model.id} ({label}, version {done.model.version}): "
                            f"{'promoted' if done.promoted else 'not promoted'} ({done.reason})")
         if batch is not None:
+            from farm.specs import SpecError
+
             jobs = self.sampled.setdefault(target, [])
-            job = queue_batch(self.store, batch, target[1], len(jobs) + 1)
+            try:
+                job = queue_batch(self.store, batch, target[1], len(jobs) + 1)
+            except SpecError as exc:  # the model is registered; measuring goes on without it
+                self.reporter.note(f"active sampling {label}: the batch could not be queued "
+                                   f"({exc})")
+                return
             if job is not None:
                 jobs.append(job)
                 unsure = sum(r.startswith("unsure") for r in batch.reasons)

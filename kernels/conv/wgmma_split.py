@@ -51,6 +51,7 @@ class WgmmaSplitConv(WgmmaConv):
     name = "conv_wgmma_split"
     short = "wgmma_split"
     source_file = "conv/wgmma_split.cu"
+    operators = OPERATORS
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
         """conv_wgmma's, less the consumers of 128 rows (their 128 accumulators a thread and
