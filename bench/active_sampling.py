@@ -67,7 +67,7 @@ def operator_rows(recording: Recording, op: str) -> Recording:
 def kick_off(store, base: Recording, op: str) -> int:
     """A one-shape job of the operator's naive family: its finish makes the first training due."""
     row = base.frame.iloc[0]
-    shape = json.loads(row["shape"]) if isinstance(row["shape"], str) else dict(row["shape"])
+    shape = json.loads(row["shape"])  # a recording's shapes are JSON objects
     spec = {"name": f"start {op}", "operator": op, "dtype": str(row["dtype"]),
             "problems": [{"inline": [{k: v for k, v in shape.items() if k != "dtype"}]}],
             "kernels": [{"family": "conv_naive"}]}

@@ -50,18 +50,13 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
     c = instance.settings
     if instance.family == "conv_igemm":
         base = _igemm_us(problem, c)
-    elif instance.family == "conv_wgmma":  # Hopper's wgmma: the same tiles, a faster core
-        from kernels.conv.wgmma import FAMILY as WGMMA, threads
+    elif instance.family in ("conv_wgmma", "conv_wgmma_split"):  # Hopper's wgmma: the same
+        from kernels.conv.wgmma import threads  # tiles, a faster core; the family's slices
+        from kernels.registry import get_family
 
-        split = WGMMA.splits(instance, problem)[0] if "split_k" in c else 1  # 0: fill
+        split = get_family(instance.family).splits(instance, problem)[0]
         base = 0.7 * _igemm_us(problem, {**c, "warps_m": threads(c) // 32, "warps_n": 1,
                                          "vec": 8, "split_k": split})
-    elif instance.family == "conv_wgmma_split":  # the same, its reduction split over the grid
-        from kernels.conv.wgmma import threads
-        from kernels.conv.wgmma_split import FAMILY as SPLIT
-
-        base = 0.7 * _igemm_us(problem, {**c, "warps_m": threads(c) // 32, "warps_n": 1,
-                                         "vec": 8, "split_k": SPLIT.splits(instance, problem)[0]})
     elif instance.family == "conv_direct":
         base = _direct_us(problem, c)
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kernels.conv.igemm import GRID_Z_LIMIT, _cdiv
 from kernels.conv.operator import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma import (BLOCK_K, SM_COUNT, WgmmaConv, blocks_per_sm, generate_configs,
@@ -21,11 +22,6 @@ from kernels.registry import register
 
 OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
 MIN_SLICE_K_TILES = 2  # a slice's pipeline fills and drains: fewer k-tiles are all overhead
-GRID_Z_LIMIT = 65535
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def taps(residue: int, pad: int, dil: int, stride: int, size: int) -> int:
