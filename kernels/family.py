@@ -14,6 +14,7 @@ from typing import Any
 from kernels.source import load_source, source_hash
 
 DTYPE_CODES = {"fp32": 0, "fp16": 1, "bf16": 2}
+SM_COUNT = 132  # multiprocessors of the GPUs grids are sized for; a smaller GPU runs more waves
 Config = Mapping[str, Any]
 
 

@@ -49,6 +49,7 @@ def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
     assert not get_family("dwsep_wgmma").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma_resident").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma_bulk").instances(OP, "fp32")
+    assert not get_family("dwsep_wgmma_split").instances(OP, "fp32")
     assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
 
 
@@ -238,6 +239,33 @@ def test_wgmma_serves_one_filter_case_with_whole_16_byte_rows():
     assert max(wgmma.threads(i.settings) for i in instances) == 384
 
 
+def test_wgmma_split_divides_the_chunks_over_a_cluster_where_few_blocks_would_run():
+    split = get_family("dwsep_wgmma_split")
+    instances = split.instances(OP, "bf16")
+    assert {i.settings["c_split"] for i in instances} == {2, 4, 8}
+    assert split.source_file == get_family("dwsep_wgmma").source_file
+    one = instance("dwsep_wgmma_split", tile_p=64, tile_n=256, producers=2, stages=2, c_split=4)
+    assert split.defines(one)["C_SPLIT"] == 4 and "C_SPLIT" not in get_family(
+        "dwsep_wgmma").defines(instance("dwsep_wgmma"))
+    p = problem(N=32, C=1024, H=7, W=7, K=1024)  # 1,568 pixels: 25 x 4 blocks unsplit
+    assert split.applicable(one, p) is None
+    [launch] = split.launches(one, p)
+    assert launch.grid == (25, 4, 4) and launch.block == (384, 1, 1)
+    assert launch.shared_bytes == 1024 + 128 * 2 * (64 + 256) + 12 * 64
+    # the partial sums (128 x (256 + 8) floats) outgrow two stages of 128 + 256 rows
+    [launch] = split.launches(instance("dwsep_wgmma_split", tile_p=128, tile_n=256, stages=2), p)
+    assert launch.shared_bytes == 1024 + 4 * 128 * (256 + 8) + 12 * 128 <= SMEM_OPT_IN
+    assert "two waves" in split.applicable(one, problem(N=32, C=1024, H=14, W=14, K=1024))
+    assert "c_split=8" in split.applicable(
+        instance("dwsep_wgmma_split", c_split=8), problem(C=448))  # 7 chunks for 8 blocks
+    assert "filter=0" in split.applicable(
+        instance("dwsep_wgmma_split", filter=3), problem(C=512, R=5, S=5, pad=2))
+    # every network pair of wide C on a small map at N = 1 and 32 is served
+    for q in network_problems():
+        if q.MC >= 512 and q.P * q.Q <= 100 and q.N in (1, 32) and q.multiplier == 1:
+            assert any(split.applicable(i, q) is None for i in instances), q.label()
+
+
 def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_passes():
     res = get_family("dwsep_wgmma_resident")
     instances = res.instances(OP, "bf16")
@@ -279,6 +307,10 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
     ("dwsep_wgmma", dict(tile_p=64, tile_n=256, producers=1, stages=4, filter=0)),
     ("dwsep_wgmma", dict(tile_p=64, tile_n=512, producers=1, stages=3, filter=3)),
     ("dwsep_wgmma", dict(tile_p=64, tile_n=128, producers=1, stages=2, filter=3)),  # 2 a SM
+    ("dwsep_wgmma_split", dict(tile_p=128, tile_n=256, producers=1, stages=3, filter=3,
+                               c_split=8)),
+    ("dwsep_wgmma_split", dict(tile_p=64, tile_n=256, producers=2, stages=3, filter=0,
+                               c_split=2)),
     ("dwsep_wgmma_resident", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0)),

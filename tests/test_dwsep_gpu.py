@@ -3,6 +3,7 @@ families and the vendor pair (PyTorch) verified against the GPU reference on the
 in bf16 and fp16. A wrong or crashing instance fails, as does a vendor row that is not ok.
 Skipped where there is no GPU."""
 
+import os
 
 import pytest
 
@@ -14,8 +15,12 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
 
 OP = "dwsep_fwd"
-FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo", "dwsep_halo_tc",
-            "dwsep_wgmma", "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "vendor")
+ALL_FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo",
+                "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_resident",
+                "dwsep_wgmma_bulk", "vendor")
+# FARM_GPU_FAMILIES="a b": verify those families only (the vendor's always)
+FAMILIES = tuple(f for f in ALL_FAMILIES if f == "vendor" or f in os.environ.get(
+    "FARM_GPU_FAMILIES", " ".join(ALL_FAMILIES)).split())
 EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=30, H=9, W=9, K=22, R=3, S=3, pad=1),  # C, K not multiples of any vector width
     dict(N=1, C=15, H=8, W=8, K=9, R=3, S=3, stride=2, pad=1),  # odd C and K
@@ -46,13 +51,18 @@ def must_serve(family: str, problem) -> bool:
     """The halo and wgmma families copy 16 bytes along channels: multiplier 1 and C a
     multiple of 8 only; dwsep_halo_tc serves 5x5 filters at stride 1; dwsep_wgmma_resident
     and dwsep_wgmma_bulk serve more than one pass of 128 output channels over a depthwise tile
-    that fits in shared memory (C up to 1,024 at least)."""
+    that fits in shared memory (C up to 1,024 at least); dwsep_wgmma_split serves two chunks
+    or more where its smallest unsplit grid is under two waves."""
     resident = family in ("dwsep_wgmma_resident", "dwsep_wgmma_bulk")
     if resident and (problem.K <= 128 or problem.MC > 1024):
         return False
+    if family == "dwsep_wgmma_split":  # at least two chunks, and few blocks unsplit
+        pixels, tiles_k = problem.N * problem.P * problem.Q, -(-problem.K // 256)
+        if problem.MC <= 64 or -(-pixels // 128) * tiles_k >= 264:
+            return False
     if family == "dwsep_halo_tc" and (problem.R, problem.S, problem.stride) != (5, 5, 1):
         return False
-    return family not in ("dwsep_halo", "dwsep_halo_tc", "dwsep_wgmma",
+    return family not in ("dwsep_halo", "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split",
                           "dwsep_wgmma_resident", "dwsep_wgmma_bulk") or (
         problem.multiplier == 1 and problem.C % 8 == 0)
 

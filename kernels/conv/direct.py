@@ -22,14 +22,13 @@ import numpy as np
 from farm.problems import DTYPE_BYTES
 from kernels.conv.problem import ConvProblem
 from kernels.conv.operator import OPERATORS, conv_params
-from kernels.family import Instance, KernelFamily, Launch
+from kernels.family import SM_COUNT, Instance, KernelFamily, Launch
 from kernels.registry import register
 
 DIRECTIONS = ("conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight")
 OP_CODES = {op: i for i, op in enumerate(DIRECTIONS)}
 MAX_GROUP_WIDTH = 16        # C/G and K/G this family serves
 SHARED_LIMIT = 48 * 1024    # dynamic shared memory per block (no opt-in; fits AMD's 64 KiB too)
-SM_COUNT = 132              # for sizing grids; a smaller GPU only runs more waves
 WORKSPACE_CAP = 8 << 20     # backward-weight partial sums, bytes
 REDUCE_BLOCK = 256          # the reduce kernel: 16 dw entries x 16 split stripes per block
 REDUCE_COLUMNS = 16

@@ -24,7 +24,7 @@ from typing import Any
 from kernels.conv.igemm import VECTOR_CHANNELS, IGemmConv
 from kernels.conv.operator import conv_params
 from kernels.conv.problem import ConvProblem
-from kernels.family import Instance, Launch, TensorMap, grid_stride_blocks
+from kernels.family import SM_COUNT, Instance, Launch, TensorMap, grid_stride_blocks
 from kernels.registry import register
 
 BLOCK_K = 64
@@ -43,7 +43,6 @@ SPLITS = (0, 1, 4, 16, 64)  # 0: the slices that fill the GPU (WgmmaConv.splits)
 SMALLEST = 64
 TMA_MODES = {"conv2d_fwd": (0, 1, 2), "conv2d_bwd_data": (0, 1), "conv2d_bwd_weight": (0, 1)}
 BARRIER_BYTES = 64  # the stages' mbarriers
-SM_COUNT = 132  # for sizing persistent grids; a GPU with fewer multiprocessors runs more waves
 SM_SHARED = 228 * 1024
 SM_REGISTERS = 65536
 

@@ -3,8 +3,9 @@ cores dwsep_resident (the depthwise tile of every channel resident in shared mem
 resident.cu), dwsep_stream (channels streamed in chunks, stream.cu), dwsep_halo (2-D output
 tiles whose input arrives once with its halo, halo.cu) and dwsep_halo_tc (the same with the
 depthwise on the tensor cores), and on Hopper's warpgroup matrix
-instructions dwsep_wgmma (wgmma.cu, sm_90a) and dwsep_wgmma_resident (wgmma_resident.cu, the
-depthwise once per pixel tile); their configuration spaces, applicability and
+instructions dwsep_wgmma (wgmma.cu, sm_90a), dwsep_wgmma_split (the same with the channels
+divided over a cluster) and dwsep_wgmma_resident (wgmma_resident.cu, the depthwise once per
+pixel tile); their configuration spaces, applicability and
 launch geometry."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from kernels.dwsep.operator import dwsep_params, tensor_args, wgmma_consumers
 from kernels.dwsep.problem import DWSEP_OPERATORS, DwsepProblem
-from kernels.family import Instance, KernelFamily, Launch
+from kernels.family import SM_COUNT, Instance, KernelFamily, Launch
 from kernels.registry import register
 
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
@@ -439,10 +440,52 @@ class DwsepWgmma(DwsepFamily):
         case = self.filter_case(p)
         if c["filter"] != case:
             return f"compiled for filter={c['filter']}: R={p.R}, S={p.S} need filter={case}"
-        tiles, tiles_k = self.grid(c, p)
+        tiles, tiles_k = self.grid(c, p)[:2]
         if tiles * tiles_k >= 2**31:
             return f"{tiles * tiles_k} blocks are more than a grid holds"
         return None
+
+
+class DwsepWgmmaSplit(DwsepWgmma):
+    """dwsep_wgmma with the channels divided over a thread-block cluster of c_split blocks
+    (wgmma.cu with C_SPLIT): each block runs the pipeline over its share of the 64-channel
+    chunks, and the cluster adds up the partial sums in distributed shared memory, each block
+    writing tile_p / c_split of the tile's rows. For few pixels against many channels (small
+    maps, small batches), where dwsep_wgmma leaves multiprocessors idle and each block walks a
+    long chain of chunks; refused where the unsplit grid already makes two waves on a 132-SM
+    GPU, or a block would get no chunk. Config fields: those of dwsep_wgmma, and c_split."""
+
+    name = "dwsep_wgmma_split"
+    short = "wgmma_split"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size,
+                                     c_split=c_split)
+                   for tile_p in (64, 128) for tile_n in (64, 128, 256) for producers in (1, 2)
+                   for stages in (2, 3) for filter_size in (3, 0) for c_split in (2, 4, 8)]
+        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
+                and self.shared_bytes(c, None) <= SMEM_OPT_IN]
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int, int]:
+        return (*super().grid(c, p), c["c_split"])
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem | None) -> int:
+        """dwsep_wgmma's, with the stages' region large enough for the partial sums
+        (tile_p x (tile_n + 8) floats)."""
+        stages = 128 * c["stages"] * (c["tile_p"] + c["tile_n"])
+        return 1024 + max(stages, 4 * c["tile_p"] * (c["tile_n"] + 8)) + 12 * c["tile_p"]
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        count = -(-p.MC // 64)
+        if count < c["c_split"]:
+            return (f"MC={p.MC} has {count} chunks of 64: c_split={c['c_split']} leaves a "
+                    "block without one")
+        tiles, tiles_k = DwsepWgmma.grid(self, c, p)
+        if tiles * tiles_k >= 2 * SM_COUNT:
+            return (f"{tiles * tiles_k} blocks unsplit already make two waves on {SM_COUNT} "
+                    "multiprocessors")
+        return super().refuses(instance, p)
 
 
 class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
@@ -530,9 +573,10 @@ STREAM_FAMILY = register(DwsepStream())
 HALO_FAMILY = register(DwsepHalo())
 HALO_TC_FAMILY = register(DwsepHaloTc())
 WGMMA_FAMILY = register(DwsepWgmma())
+WGMMA_SPLIT_FAMILY = register(DwsepWgmmaSplit())
 WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
 WGMMA_BULK_FAMILY = register(DwsepWgmmaBulk())
 __all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream", "DwsepWgmma",
-           "DwsepWgmmaBulk", "DwsepWgmmaResident", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
+           "DwsepWgmmaBulk", "DwsepWgmmaResident", "DwsepWgmmaSplit", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
            "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_FAMILY",
-           "WGMMA_RESIDENT_FAMILY"]
+           "WGMMA_RESIDENT_FAMILY", "WGMMA_SPLIT_FAMILY"]

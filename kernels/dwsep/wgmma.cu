@@ -19,11 +19,18 @@
 // so the depthwise of the next chunks runs while the tensor cores work on this one. The
 // intermediate never leaves the chip. Multiplier 1 and C a multiple of 8.
 //
+// With C_SPLIT > 1 (dwsep_wgmma_split) a cluster of C_SPLIT blocks along z shares one output
+// tile: block z takes the chunks [z * chunks / C_SPLIT, (z + 1) * chunks / C_SPLIT), its
+// consumers' partial sums go into its shared memory once the pipeline is done, and each block
+// adds up a share of the tile's rows over the cluster (distributed shared memory) and writes
+// them: more blocks, and a shorter chain of chunks each, where few pixels meet many channels.
+//
 // Dynamic shared memory (dwsep/families.py): 1024 (alignment) + STAGES * (TILE_P + TILE_N) *
-// 128 bytes, and TILE_P row descriptors. Macros: TILE_P (64 or 128), TILE_N (64, 128, 256 or
-// 512), STAGES (2 to 4), PRODUCERS (1 or 2), WARPS_M = TILE_P / 16 and WARPS_N = 1, KC = 64,
-// and FILTER (3: R = S = 3, filters held in registers; 0: any size, the filters read through
-// the cache per tap).
+// 128 bytes (with C_SPLIT > 1, at least TILE_P * (TILE_N + 8) floats), and TILE_P row
+// descriptors. Macros: TILE_P (64 or 128), TILE_N (64, 128, 256 or 512), STAGES (2 to 4),
+// PRODUCERS (1 or 2), WARPS_M = TILE_P / 16 and WARPS_N = 1, KC = 64, FILTER (3: R = S = 3,
+// filters held in registers; 0: any size, the filters read through the cache per tap) and
+// C_SPLIT (1 when undefined).
 #define WG_N (TILE_N > 256 ? 256 : TILE_N)
 #define M_GROUPS (TILE_P / 64)
 #define CONSUMERS (M_GROUPS * (TILE_N / WG_N))
@@ -42,29 +49,108 @@
 #define MIN_BLOCKS ((THREADS <= 256 && WG_N <= 128 && FILTER == 0) ? 2 : 1)
 #define FULL_BARRIER 1                    // ids 1 .. STAGES (0 is __syncthreads)
 #define EMPTY_BARRIER (1 + STAGES)        // ids STAGES + 1 .. 2 STAGES
+#define CONSUMERS_BARRIER (1 + 2 * STAGES)  // the consumers alone
 
 #include "dwsep_wgmma.cuh"
 
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-dwsep_wgmma(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
-            const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
-            const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
-            elem_t* __restrict__ y, DwsepParams p) {
+#ifndef C_SPLIT
+#define C_SPLIT 1
+#endif
+#if C_SPLIT > 1
+#define CLUSTER __cluster_dims__(1, 1, C_SPLIT)
+#define WGMMA_KERNEL dwsep_wgmma_split
+#define RED_STRIDE (TILE_N + 8)  // floats a row of partial sums: a warp's float2 stores conflict-free
+#if TILE_P % C_SPLIT
+#error "dwsep_wgmma_split: C_SPLIT must divide TILE_P"
+#endif
+
+// A consumer's accumulators (the layout of store_accumulators) into the block's partial sums
+// red [TILE_P][RED_STRIDE].
+__device__ __forceinline__ void store_partial_sums(const float (&acc)[WG_N / 2], float* red,
+                                                   int m_group, int n_group) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  float* r0 = red + (64 * m_group + 16 * warp + (lane >> 2)) * RED_STRIDE + WG_N * n_group +
+              2 * (lane & 3);
+#pragma unroll
+  for (int n = 0; n < WG_N / 8; ++n) {
+    *reinterpret_cast<float2*>(r0 + 8 * n) = make_float2(acc[4 * n], acc[4 * n + 1]);
+    *reinterpret_cast<float2*>(r0 + 8 * RED_STRIDE + 8 * n) =
+        make_float2(acc[4 * n + 2], acc[4 * n + 3]);
+  }
+}
+
+// Every block of the cluster: rows [rank * TILE_P / C_SPLIT, + TILE_P / C_SPLIT) of the tile
+// summed over the cluster's partial sums, the bias added, written to y.
+__device__ __forceinline__ void cluster_sum_store(const float* red, elem_t* __restrict__ y,
+                                                  const elem_t* __restrict__ b_pw,
+                                                  const DwsepParams& p, int pix0, int k0) {
+  constexpr int ROWS = TILE_P / C_SPLIT, QUADS = TILE_N / 4;
+  cluster_sync();  // every block's partial sums are in place
+  const int rank = (int)cluster_rank(), pixels = p.N * p.P * p.Q;
+  const bool quads = p.K % 4 == 0;
+  for (int e = threadIdx.x; e < ROWS * QUADS; e += THREADS) {
+    const int row = rank * ROWS + e / QUADS, col = 4 * (e % QUADS);
+    const int pix = pix0 + row, k = k0 + col;
+    if (pix >= pixels || k >= p.K) continue;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < C_SPLIT; ++r) {
+      const float4 part = cluster_load4(red + row * RED_STRIDE + col, (u32)r);
+      v[0] += part.x, v[1] += part.y, v[2] += part.z, v[3] += part.w;
+    }
+    if (p.pw_bias)
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        if (k + t < p.K) v[t] += to_float(b_pw[k + t]);
+    elem_t* out = y + (long)pix * p.K + k;
+    if (quads) {
+      *reinterpret_cast<uint2*>(out) = make_uint2(pack_pair(v[0], v[1]), pack_pair(v[2], v[3]));
+    } else {
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        if (k + t < p.K) out[t] = from_float(v[t]);
+    }
+  }
+  cluster_sync();  // the other blocks have read this block's partial sums
+}
+#else
+#define CLUSTER
+#define WGMMA_KERNEL dwsep_wgmma
+#endif
+
+extern "C" __global__ void CLUSTER __launch_bounds__(THREADS, MIN_BLOCKS)
+WGMMA_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
+             const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
+             const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
+             elem_t* __restrict__ y, DwsepParams p) {
 #if FILTER > 0
   p.R = FILTER;
   p.S = FILTER;
 #endif
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 raw = smem_u32(smem_raw);
-  // [STAGES][A: TILE_P rows | B: TILE_N rows] of 128 bytes, each tile 1024-byte aligned
+  // [STAGES][A: TILE_P rows | B: TILE_N rows] of 128 bytes, each tile 1024-byte aligned (with
+  // C_SPLIT > 1 the partial sums over them once the pipeline is done), then the rows
   unsigned char* stages = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   constexpr int STAGE_BYTES = (TILE_P + TILE_N) * ROW_BYTES;
-  RowTaps* rows = reinterpret_cast<RowTaps*>(stages + STAGES * STAGE_BYTES);
+#if C_SPLIT > 1
+  constexpr int RED_BYTES = 4 * TILE_P * RED_STRIDE;
+  constexpr int REGION = STAGES * STAGE_BYTES > RED_BYTES ? STAGES * STAGE_BYTES : RED_BYTES;
+#else
+  constexpr int REGION = STAGES * STAGE_BYTES;
+#endif
+  RowTaps* rows = reinterpret_cast<RowTaps*>(stages + REGION);
 
   const int k_tiles = (p.K + TILE_N - 1) / TILE_N;
   const int linear = blockIdx.y * gridDim.x + blockIdx.x;
   const int k0 = (linear % k_tiles) * TILE_N, pix0 = (linear / k_tiles) * TILE_P;
-  const int chunks = (p.MC + 63) / 64;
+  const int all_chunks = (p.MC + 63) / 64;
+#if C_SPLIT > 1  // this block's chunks: [first, first + chunks)
+  const int first = (int)blockIdx.z * all_chunks / C_SPLIT;
+  const int chunks = ((int)blockIdx.z + 1) * all_chunks / C_SPLIT - first;
+#else
+  const int first = 0, chunks = all_chunks;
+#endif
   const int wg = threadIdx.x >> 7;
 
   rows_of(rows, p, pix0);
@@ -76,36 +162,46 @@ dwsep_wgmma(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       const int s = c % STAGES;
       if (c >= STAGES) barrier_wait(EMPTY_BARRIER + s);  // chunk c - STAGES's wgmma done
       unsigned char* a = stages + s * STAGE_BYTES;
-      load_weight(a + TILE_P * ROW_BYTES, w_pw, p, k0, c * 64, t);
+      load_weight(a + TILE_P * ROW_BYTES, w_pw, p, k0, (first + c) * 64, t);
       cp_async_commit();
-      fill_chunk(a, t, rows, x, w_dw, scale, shift, p, c * 64);
+      fill_chunk(a, t, rows, x, w_dw, scale, shift, p, (first + c) * 64);
       cp_async_wait<0>();
       fence_proxy_async();  // this thread's stores and copies, visible to wgmma
       barrier_arrive(FULL_BARRIER + s);
     }
+#if C_SPLIT == 1
     return;
-  }
-
-  const int m_group = wg % M_GROUPS, n_group = wg / M_GROUPS;  // this consumer's part
-  float acc[WG_N / 2];
+#endif
+  } else {
+    const int m_group = wg % M_GROUPS, n_group = wg / M_GROUPS;  // this consumer's part
+    float acc[WG_N / 2];
 #pragma unroll
-  for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
-  keep_in_registers(acc);  // nothing but wgmma touches them until the last wait
-  for (int c = 0; c < chunks; ++c) {
-    const int s = c % STAGES;
-    unsigned char* a = stages + s * STAGE_BYTES;
-    barrier_wait(FULL_BARRIER + s);
-    const u64 da = sw128_desc(a + 64 * m_group * ROW_BYTES);
-    const u64 db = sw128_desc(a + (TILE_P + WG_N * n_group) * ROW_BYTES);
-    wgmma_fence();
+    for (int i = 0; i < WG_N / 2; ++i) acc[i] = 0.0f;
+    keep_in_registers(acc);  // nothing but wgmma touches them until the last wait
+    for (int c = 0; c < chunks; ++c) {
+      const int s = c % STAGES;
+      unsigned char* a = stages + s * STAGE_BYTES;
+      barrier_wait(FULL_BARRIER + s);
+      const u64 da = sw128_desc(a + 64 * m_group * ROW_BYTES);
+      const u64 db = sw128_desc(a + (TILE_P + WG_N * n_group) * ROW_BYTES);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_k16(acc, da + 2 * kk, db + 2 * kk);  // 32 bytes a step
-    wgmma_commit();
-    wgmma_wait<1>();  // chunk c - 1's done: its stage goes back to the producers
-    if (c >= 1 && c - 1 + STAGES < chunks) barrier_arrive(EMPTY_BARRIER + (c - 1) % STAGES);
+      for (int kk = 0; kk < 4; ++kk) wgmma_k16(acc, da + 2 * kk, db + 2 * kk);  // 32 bytes a step
+      wgmma_commit();
+      wgmma_wait<1>();  // chunk c - 1's done: its stage goes back to the producers
+      if (c >= 1 && c - 1 + STAGES < chunks) barrier_arrive(EMPTY_BARRIER + (c - 1) % STAGES);
+    }
+    wgmma_wait<0>();
+    keep_in_registers(acc);
+#if C_SPLIT > 1
+    // every consumer's wgmma done: the stages hold the partial sums from here
+    asm volatile("bar.sync %0, %1;\n" ::"n"(CONSUMERS_BARRIER), "n"(128 * CONSUMERS) : "memory");
+    store_partial_sums(acc, reinterpret_cast<float*>(stages), m_group, n_group);
+#else
+    store_accumulators(acc, y, b_pw, p, pix0 + 64 * m_group, k0 + WG_N * n_group);
+#endif
   }
-  wgmma_wait<0>();
-  keep_in_registers(acc);
-
-  store_accumulators(acc, y, b_pw, p, pix0 + 64 * m_group, k0 + WG_N * n_group);
+#if C_SPLIT > 1
+  cluster_sum_store(reinterpret_cast<const float*>(stages), y, b_pw, p, pix0, k0);
+#endif
 }
