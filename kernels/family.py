@@ -121,6 +121,13 @@ class KernelFamily(abc.ABC):
         """Why `instance` cannot serve `problem`, or None when it can."""
         return None
 
+    def compiled_case(self, problem: Any) -> dict[str, Any]:
+        """The config values an instance needs to serve `problem` where the family compiles
+        one instance per case (a filter size, a read path): {} by default. A necessary
+        condition only, cheap enough to check against a whole catalogue in bulk before the
+        rules (`applicable`) are asked one instance at a time."""
+        return {}
+
     def workspace_bytes(self, instance: Instance, problem: Any) -> int:
         return 0
 

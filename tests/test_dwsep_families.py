@@ -178,6 +178,26 @@ def test_two_blocks_a_multiprocessor_only_for_eight_warps_and_where_shared_memor
     assert "occ=2" in resident.applicable(instance("dwsep_resident", **layout), problem(C=728))
 
 
+def test_an_instance_that_serves_a_problem_is_of_its_compiled_case():
+    """compiled_case is a necessary condition of the rules (the selector skips the other
+    cases' candidates before asking the rules): over the network problems, every applicable
+    instance's config holds the problem's case."""
+    problems = network_problems()[::7] + [problem(R=7, S=7, pad=3), problem(R=5, S=3, pad=1),
+                                          problem(C=60), problem(multiplier=2)]
+    for family in families_for(OP):
+        instances = family.instances(OP, "bf16")
+        for p in problems:
+            case = family.compiled_case(p)
+            for i in instances:
+                if family.applicable(i, p) is None:
+                    assert all(i.settings[k] == v for k, v in case.items()), (i.name, p.label())
+    assert get_family("dwsep_stream").compiled_case(problem(R=5, S=5, pad=2, C=60)) == {
+        "filter": 5, "staged": 0}
+    assert get_family("dwsep_wgmma_split").compiled_case(problem(R=7, S=7, pad=3)) == {
+        "filter": 0}
+    assert get_family("dwsep_halo").compiled_case(problem()) == {}
+
+
 def test_launch_geometry():
     p = problem(N=2, C=96, H=15, W=13, K=200, stride=2)  # 2 x 8 x 7 = 112 pixels
     [launch] = get_family("dwsep_stream").launches(

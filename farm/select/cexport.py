@@ -23,6 +23,8 @@ pay for the check, so it is off by default).
 
     int  P_count(void);  const char *P_name(int i);
     int  P_costs(const int64_t shape[F], double *cost);   lower is better, one per candidate
+    int  P_costs_of(const int64_t shape[F], const unsigned char *allowed, double *cost);
+                                     the allowed candidates' costs, HUGE_VAL for the others
     int  P_best(const int64_t shape[F], const unsigned char *allowed);     -1 if none allowed
     int  P_rank(const int64_t shape[F], const unsigned char *allowed, int k, int *out);
 
@@ -95,6 +97,8 @@ def header(prefix: str, inputs: Sequence[str]) -> str:
             "#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
             f"int {prefix}_count(void);\nconst char *{prefix}_name(int i);\n"
             f"int {prefix}_costs(const int64_t shape[{f}], double *cost);\n"
+            f"int {prefix}_costs_of(const int64_t shape[{f}], const unsigned char *allowed, "
+            "double *cost);\n"
             f"int {prefix}_best(const int64_t shape[{f}], const unsigned char *allowed);\n"
             f"int {prefix}_rank(const int64_t shape[{f}], const unsigned char *allowed, int k, "
             "int *out);\n#ifdef __cplusplus\n}\n#endif\n#endif\n")
@@ -535,6 +539,19 @@ int {prefix}_costs(const int64_t shape[{len(spec.inputs)}], double *cost) {{
   forest(shape, idx, NC, part, 0);
   for (c = 0; c < NC; c++) cost[c] = {sign}part[c];
   return NC;
+}}
+
+int {prefix}_costs_of(const int64_t shape[{len(spec.inputs)}], const unsigned char *allowed,
+          double *cost) {{
+  double part[NP];
+  int idx[NP], live = 0, c;
+  for (c = 0; c < NC; c++) {{
+    cost[c] = HUGE_VAL;
+    if (!allowed || allowed[c]) idx[live++] = c;
+  }}
+  if (live) forest(shape, idx, live, part, 0);
+  for (c = 0; c < live; c++) cost[idx[c]] = {sign}part[c];
+  return live;
 }}
 
 /* whether candidate c's family is not reference-speed and its support holds the shape */

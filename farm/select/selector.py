@@ -6,6 +6,10 @@ and called through ctypes (microseconds), or from LightGBM's predict where no co
 family's applicability rules, so an instance that cannot serve the shape is never chosen
 (checking lazily gives the same answer as filtering first, at a fraction of the cost: the
 cheapest candidate alone is checked before any sorting, and it is most often the answer).
+Where families compile one instance per case of the shape (a filter size, a read path: their
+`compiled_case`), the C export costs only the candidates of the shape's cases: a mask looked
+up once per combination of cases, a necessary condition of the rules, so the choice is the
+same.
 The guard (farm.select.guard) then puts a safe candidate first among the model's `depth` best:
 no reference-speed family and no shape far outside a candidate's measured support where a
 safer one is predicted close.
@@ -35,6 +39,7 @@ from farm.select.export import C_FILE, MODEL, c_files, parse, read_bundle
 from farm.select.features import feature_matrix, instance_matrix, shape_numbers
 from farm.select.guard import guarded_order, reference_flags, safe_rows, support_fields
 from farm.select.train import cost_of
+from kernels.family import KernelFamily
 from kernels.registry import get_family, operator_spec
 
 BACKENDS = ("auto", "c", "lightgbm")
@@ -97,7 +102,10 @@ class Selector:
                         for r, lo, hi in zip(self._reference, self._low, self._high)]
         self.guard_depth = int(self.info.get("train_config", {}).get("guard_depth", 0))
         self._booster = lgb.Booster(model_str=files[MODEL])
-        self._costs_c = None
+        # per family with compiled cases: its candidates, and the masks of each combination
+        self._case_families = self._case_members()
+        self._case_masks: dict[tuple, np.ndarray] = {}
+        self._costs_c = self._costs_of_c = None
         if backend != "lightgbm":
             self._costs_c = self._load_c(files.get(C_FILE) or c_files(files)[C_FILE])
             if self._costs_c is None and backend == "c":
@@ -128,7 +136,45 @@ class Selector:
             pack(shape, 0, *problem.number_values())
             costs(shape_ptr, cost_ptr)
             return cost
+
+        # the allowed candidates only (an export older than costs_of has none)
+        costs_of = getattr(self._lib, symbol_prefix(self.operator, self.arch, self.dtype)
+                           + "_costs_of", None)
+        if costs_of is not None:
+            costs_of.argtypes = [ctypes.c_void_p] * 3
+            costs_of.restype = ctypes.c_int
+
+            def run_of(problem: Problem, allowed: np.ndarray) -> np.ndarray:
+                pack(shape, 0, *problem.number_values())
+                costs_of(shape_ptr, ctypes.c_void_p(allowed.ctypes.data), cost_ptr)
+                return cost
+            self._costs_of_c = run_of
         return run
+
+    def _case_members(self) -> list[tuple[Any, np.ndarray]]:
+        """(family, its candidates' indices) for each family of the catalogue whose instances
+        are compiled per case (farm kernels' compiled_case is not empty on some shape)."""
+        members: dict[str, list[int]] = {}
+        for i, family in enumerate(self._families):
+            if type(family).compiled_case is not KernelFamily.compiled_case:
+                members.setdefault(family.name, []).append(i)
+        return [(get_family(name), np.array(rows)) for name, rows in members.items()]
+
+    def _case_mask(self, problem: Problem) -> np.ndarray | None:
+        """One byte per candidate: 0 where its family's compiled case cannot serve `problem`
+        (None where no family has cases)."""
+        if not self._case_families:
+            return None
+        cases = tuple(tuple(f.compiled_case(problem).items()) for f, _ in self._case_families)
+        mask = self._case_masks.get(cases)
+        if mask is None:
+            mask = np.ones(len(self.catalogue), np.uint8)
+            for (family, rows), case in zip(self._case_families, cases):
+                for field, value in case:
+                    mask[rows[[self._instances[r].settings.get(field) != value
+                               for r in rows]]] = 0
+            self._case_masks[cases] = mask
+        return mask
 
     # Questions ---------------------------------------------------------------------------
     def problem(self, problem: Problem | Mapping[str, Any], arch: str | None = None
@@ -161,6 +207,15 @@ class Selector:
         if self._costs_c is not None:
             return self._costs_c(problem)
         return self._costs_batch([problem])[0]
+
+    def _choice_costs(self, problem: Problem) -> np.ndarray:
+        """The costs the choice needs: those of the candidates of the shape's compiled cases
+        where the C export can skip the others (+inf for them), every candidate's otherwise."""
+        if self._costs_of_c is not None:
+            mask = self._case_mask(problem)
+            if mask is not None:
+                return self._costs_of_c(problem, mask)
+        return self._costs(problem)
 
     def _costs_batch(self, problems: Sequence[Problem]) -> np.ndarray:
         count = len(self.catalogue)
@@ -218,19 +273,19 @@ class Selector:
             arch: str | None = None) -> list[str]:
         """The model's k best applicable instances, best first (measure them at run time)."""
         problem = self.problem(problem, arch)
-        return self._ranked(problem, self._costs(problem), k)
+        return self._ranked(problem, self._choice_costs(problem), k)
 
     def select(self, problem: Problem | Mapping[str, Any], arch: str | None = None) -> str:
         """The instance to launch for one shape."""
         problem = self.problem(problem, arch)
-        return self._ranked(problem, self._costs(problem), 1)[0]
+        return self._ranked(problem, self._choice_costs(problem), 1)[0]
 
     def select_many(self, problems: Sequence[Problem | Mapping[str, Any]],
                     arch: str | None = None) -> list[str]:
         """The instance for each shape of a batch."""
         checked = [self.problem(p, arch) for p in problems]
         if self._costs_c is not None:
-            return [self._ranked(p, self._costs(p), 1)[0] for p in checked]
+            return [self._ranked(p, self._choice_costs(p), 1)[0] for p in checked]
         costs = self._costs_batch(checked) if checked else []
         return [self._ranked(p, c, 1)[0] for p, c in zip(checked, costs)]
 

@@ -263,6 +263,9 @@ class DwsepStream(DwsepTensorCore):
         """The `filter` of the instances that serve p."""
         return p.R if p.R == p.S and p.R in cls.FILTERS else 0
 
+    def compiled_case(self, problem: DwsepProblem) -> dict[str, Any]:
+        return {"filter": self.filter_case(problem), "staged": int(self.staged(problem))}
+
     def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int, int]:
         tiles, tiles_k = super().grid(c, p)
         return -(-tiles // c["tiles"]), tiles_k, c["c_split"]
@@ -421,6 +424,9 @@ class DwsepWgmma(DwsepFamily):
     @staticmethod
     def filter_case(p: DwsepProblem) -> int:
         return 3 if p.R == p.S == 3 else 0
+
+    def compiled_case(self, problem: DwsepProblem) -> dict[str, Any]:
+        return {"filter": self.filter_case(problem)}
 
     def threads(self, c: dict[str, Any]) -> int:
         return 128 * (wgmma_consumers(c) + c["producers"])
