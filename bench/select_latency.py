@@ -13,8 +13,9 @@ evaluation that the Python Selector pays for: it has no applicability mask and c
 candidate before checking the families' rules lazily). Reports the median over the runs of
 each p50 and p99 (microseconds per `best` call), how many shapes each other export given the
 same masks chooses as this checkout's does, the Python Selector's latency over this
-checkout's export (and over the baseline's) and how many of its choices match this checkout's
-C export. Writes bench/results/select_latency.json (--name, --out).
+checkout's export, over the same export costing every candidate (no compiled-case mask) and
+over the baseline's (alternating rounds, medians), and how many of its choices match this
+checkout's C export. Writes bench/results/select_latency.json (--name, --out).
 
 Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
            [--ops conv2d_fwd ...] [--baseline-rev 9ab08c5 [--baseline-file cexport.py]]
@@ -162,17 +163,33 @@ def main() -> None:
             numbers = [p.number_values() for p in shapes]
             timed, picks = time_exports(sources, prefix, numbers, given, folder / op,
                                         args.rounds_of_timing)
-            python = latency(selector.select, shapes)
+            # the Python Selector over this checkout's export, over the same export costing
+            # every candidate (no case mask), and over the baseline's, in alternating rounds
+            every = Selector(files, "c")
+            every._costs_of_c = None
+            pythons = {"python_selector": selector.select,
+                       "python_selector_every_candidate": every.select}
+            if old is not None:
+                pythons["python_selector_baseline"] = Selector(
+                    {**files, C_FILE: sources[baseline]}, "c").select
+            rounds = {name: [] for name in pythons}
+            for _ in range(args.rounds_of_timing):
+                for name, select in pythons.items():
+                    rounds[name].append(latency(select, shapes))
+            medians = {name: {**{q: float(np.median([r[q] for r in runs]))
+                                 for q in ("p50_us", "p99_us")},
+                              "p50_us_rounds": [round(r["p50_us"], 2) for r in runs]}
+                       for name, runs in rounds.items()}
+            python = medians["python_selector"]
             agree = agreement(picks)
             python_agree = sum(c >= 0 and selector.names[c] == s for c, s in
                                zip(picks[CURRENT], selector.select_many(shapes)))
             entry = {"candidates": len(model.catalogue), "trees": model.metrics["trees"],
-                     "kind": model.kind, "c_export": timed, "python_selector": python,
+                     "kind": model.kind, "c_export": timed, **medians,
                      "same_choice": agree.get(baseline),
-                     "python_same_choice": f"{python_agree}/{len(shapes)}"}
-            if old is not None:
-                entry["python_selector_baseline"] = latency(
-                    Selector({**files, C_FILE: sources[baseline]}, "c").select, shapes)
+                     "python_same_choice": f"{python_agree}/{len(shapes)}",
+                     "python_every_candidate_same_choice": sum(
+                         every.select(p) == selector.select(p) for p in shapes)}
             if args.pruned:
                 entry["same_choice_pruned"] = agree[PRUNED]
             figures["operators"][op] = entry
@@ -180,7 +197,8 @@ def main() -> None:
                               for n, t in timed.items())
             before = entry.get("python_selector_baseline")
             print(f"{op}: {len(model.catalogue)} candidates, {model.metrics['trees']} trees: "
-                  f"C {line} | Python Selector p50 {python['p50_us']:.1f} us"
+                  f"C {line} | Python Selector p50 {python['p50_us']:.1f} us, every candidate "
+                  f"costed {medians['python_selector_every_candidate']['p50_us']:.1f} us"
                   + (f" (baseline export {before['p50_us']:.1f} us)" if before else "")
                   + "".join(f" | same choice {n}: {a}" for n, a in agree.items())
                   + f" | Python as C: {entry['python_same_choice']}", flush=True)

@@ -101,7 +101,11 @@ class Problem:
                 for f, v in self.shape().items()}
 
     def number_values(self) -> tuple[int, ...]:
-        """numbers(), values only, in FIELDS order."""
+        """numbers(), values only, in FIELDS order (computed once per problem)."""
+        return self._number_values
+
+    @cached_property
+    def _number_values(self) -> tuple[int, ...]:
         return tuple(self.numbers().values())
 
     def record(self) -> dict[str, Any]:
