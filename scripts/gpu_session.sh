@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one go: install the farm's wheels, warm the code cache, run
 # the benchmarks named as arguments (each "name [args]" runs bench/<name>.py), then the GPU tests
-# (GPU_TESTS: test paths, "none" to skip). Logs and JSON results go to $OUT (or bench/results).
+# (GPU_TESTS: test paths, "none" to skip). Logs and JSON results go to $OUT (or bench/results),
+# each step's log as it runs, so that a run cut short by its time limit still brings them back.
 # Usage: scripts/gpu_session.sh [ "bench-name [args...]" ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,9 +19,21 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 FARM_CODE_CACHE=${FARM_CODE_CACHE:-/tmp/farm-code}
-for op in ${OPS:-conv2d_fwd conv2d_bwd_data conv2d_bwd_weight groupnorm_bwd}; do   # warm the code cache
-  python3 -m farm.cli compile --op $op --target sm_90a --dtype ${DTYPES:-bf16 --dtype fp16 --dtype fp32} \
-      -j "$(nproc)" 2>&1 | tail -2
+# warm the code cache (OPS, DTYPES, FAMILIES: space-separated; every family by default), in
+# parallel and without Ray, so that a run carrying only the GPU wheels compiles in bulk too
+for op in ${OPS:-conv2d_fwd conv2d_bwd_data conv2d_bwd_weight groupnorm_bwd}; do
+  for family in ${FAMILIES:-all}; do
+    python3 - "$op" "$family" ${DTYPES:-bf16 fp16 fp32} <<'PY' 2>&1 | tail -2
+import os, sys
+from farm.compile import FolderCache
+from farm.compile_all import compile_instances, instances_of
+op, family, dtypes = sys.argv[1], sys.argv[2], sys.argv[3:]
+found = instances_of(op, dtypes, None if family == "all" else family, "sm_90a")
+s = compile_instances(found, "sm_90a", FolderCache(), workers=os.cpu_count() or 1)
+print(f"{op} {family}: {s.instances} instances, {s.compiled} compiled, "
+      f"{len(s.failures)} failed, {s.seconds:.0f} s")
+PY
+  done
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 for spec in "$@"; do
