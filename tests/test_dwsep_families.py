@@ -286,6 +286,29 @@ def test_wgmma_split_divides_the_chunks_over_a_cluster_where_few_blocks_would_ru
             assert any(split.applicable(i, q) is None for i in instances), q.label()
 
 
+def test_wgmma_cluster_shares_a_pixel_tiles_depthwise_over_its_k_blocks():
+    cl, res = get_family("dwsep_wgmma_cluster"), get_family("dwsep_wgmma_resident")
+    settings = dict(tile_p=64, tile_n=256, producers=2, stages=3, filter=3, k_blocks=4)
+    p = problem(N=32, C=1024, H=7, W=7, K=1024)  # 1,568 pixels: 25 tiles; 4 passes of 256
+    plain = instance("dwsep_wgmma_cluster", **settings, bulk=0)
+    [launch] = cl.launches(plain, p)
+    assert launch.entry == "dwsep_wgmma_cluster" and launch.grid == (25, 4, 1)
+    same = instance("dwsep_wgmma_resident", **settings)
+    assert launch.shared_bytes == res.launches(same, p)[0].shared_bytes
+    assert cl.defines(plain) == {**res.defines(same), "BULK": 0, "K_SHARE": 4}
+    assert cl.workspace_bytes(plain, p) == 0
+    bulk = instance("dwsep_wgmma_cluster", **settings, bulk=1)
+    pack, main = cl.launches(bulk, p)
+    assert (pack.entry, main.entry) == ("dwsep_wgmma_cluster_pack", "dwsep_wgmma_cluster")
+    assert main.grid == (25, 4, 1) and main.shared_bytes == launch.shared_bytes + 8 + 8 * 3
+    assert cl.workspace_bytes(bulk, p) == 4 * 16 * 256 * 128
+    # one pass a block is served (the resident family refuses it), fewer passes than blocks not
+    assert cl.applicable(plain, p) is None and "one pass" in res.applicable(same, p)
+    assert "k_blocks=4" in cl.applicable(plain, problem(N=32, C=1024, H=7, W=7, K=768))
+    assert "shared memory" in cl.applicable(plain, problem(N=4, C=2048, H=10, W=10, K=1024))
+    assert {i.settings["k_blocks"] for i in cl.instances(OP, "bf16")} == {2, 4}
+
+
 def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_passes():
     res = get_family("dwsep_wgmma_resident")
     instances = res.instances(OP, "bf16")
@@ -336,6 +359,10 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0)),
     ("dwsep_wgmma_bulk", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
     ("dwsep_wgmma_bulk", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
+    ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3,
+                                 k_blocks=4, bulk=1)),
+    ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0,
+                                 k_blocks=2, bulk=0)),
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)

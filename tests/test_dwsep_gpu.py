@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.gpu,
 OP = "dwsep_fwd"
 ALL_FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo",
                 "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_resident",
-                "dwsep_wgmma_bulk", "vendor")
+                "dwsep_wgmma_bulk", "dwsep_wgmma_cluster", "vendor")
 # FARM_GPU_FAMILIES="a b": verify those families only (the vendor's always)
 FAMILIES = tuple(f for f in ALL_FAMILIES if f == "vendor" or f in os.environ.get(
     "FARM_GPU_FAMILIES", " ".join(ALL_FAMILIES)).split())
@@ -49,11 +49,11 @@ EDGES = [  # shape fields beyond the defaults
 
 def must_serve(family: str, problem) -> bool:
     """The halo and wgmma families copy 16 bytes along channels: multiplier 1 and C a
-    multiple of 8 only; dwsep_halo_tc serves 5x5 filters at stride 1; dwsep_wgmma_resident
-    and dwsep_wgmma_bulk serve more than one pass of 128 output channels over a depthwise tile
-    that fits in shared memory (C up to 1,024 at least); dwsep_wgmma_split serves two chunks
+    multiple of 8 only; dwsep_halo_tc serves 5x5 filters at stride 1; dwsep_wgmma_resident,
+    dwsep_wgmma_bulk and dwsep_wgmma_cluster serve more than one pass of 128 output channels
+    over a depthwise tile that fits in shared memory (C up to 1,024 at least); dwsep_wgmma_split serves two chunks
     or more where its smallest unsplit grid is under two waves."""
-    resident = family in ("dwsep_wgmma_resident", "dwsep_wgmma_bulk")
+    resident = family in ("dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_cluster")
     if resident and (problem.K <= 128 or problem.MC > 1024):
         return False
     if family == "dwsep_wgmma_split":  # at least two chunks, and few blocks unsplit
@@ -63,7 +63,8 @@ def must_serve(family: str, problem) -> bool:
     if family == "dwsep_halo_tc" and (problem.R, problem.S, problem.stride) != (5, 5, 1):
         return False
     return family not in ("dwsep_halo", "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split",
-                          "dwsep_wgmma_resident", "dwsep_wgmma_bulk") or (
+                          "dwsep_wgmma_resident", "dwsep_wgmma_bulk",
+                          "dwsep_wgmma_cluster") or (
         problem.multiplier == 1 and problem.C % 8 == 0)
 
 

@@ -573,6 +573,61 @@ class DwsepWgmmaBulk(DwsepWgmmaResident):
                                                   for a in main.args))]
 
 
+class DwsepWgmmaCluster(DwsepWgmmaBulk):
+    """dwsep_wgmma_resident with the k_blocks blocks of a pixel tile joined in a thread-block
+    cluster that computes the tile's depthwise once between them (wgmma_resident.cu with
+    K_SHARE): the producers of each block compute every k_blocks-th chunk of 64 channels and
+    store it into the resident A of every block of the cluster (distributed shared memory),
+    then each block runs its passes over all chunks. For wide C and K with few pixel tiles,
+    where dwsep_wgmma_resident's k_blocks blocks each compute the whole depthwise and
+    dwsep_wgmma computes it again for every channel tile. `bulk` 1 brings the weight's stages
+    by bulk copies as dwsep_wgmma_bulk does. Refused where the channel tiles are fewer than
+    k_blocks. Config fields: those of dwsep_wgmma_resident (k_blocks 2 or 4: the cluster),
+    and bulk."""
+
+    name = "dwsep_wgmma_cluster"
+    short = "wgmma_cl"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        configs = [self.wgmma_config(tile_p, tile_n, 2, stages, filter_size,
+                                     k_blocks=k_blocks, bulk=bulk)
+                   for tile_p in (64, 128) for tile_n in (128, 256) for stages in (3, 4, 6)
+                   for filter_size in (3, 0) for k_blocks in (2, 4) for bulk in (0, 1)]
+        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
+                and (c["stages"] < 6 or c["tile_n"] == 128)
+                and self.resident_bytes(c, 1) <= SMEM_OPT_IN]
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        c = instance.settings
+        return {**super().defines(instance), "BULK": c["bulk"], "K_SHARE": c["k_blocks"]}
+
+    def resident_bytes(self, c: dict[str, Any], chunk_count: int) -> int:
+        return (1024 + 128 * (c["stages"] * c["tile_n"] + chunk_count * c["tile_p"])
+                + 12 * c["tile_p"] + (8 + 8 * c["stages"] if c["bulk"] else 0))
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        return pixel_tiles(c, p), c["k_blocks"]
+
+    def workspace_bytes(self, instance: Instance, problem: DwsepProblem) -> int:
+        return super().workspace_bytes(instance, problem) if instance.settings["bulk"] else 0
+
+    def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
+        if instance.settings["bulk"]:
+            return super().launches(instance, problem)
+        return DwsepFamily.launches(self, instance, problem)
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        tiles_k = -(-p.K // c["tile_n"])
+        if tiles_k < c["k_blocks"]:
+            return (f"K={p.K} makes {tiles_k} channel tile(s) of {c['tile_n']}: fewer than the "
+                    f"cluster's k_blocks={c['k_blocks']}")
+        need = self.shared_bytes(c, p)
+        if need > SMEM_OPT_IN:
+            return f"needs {need} bytes of shared memory for MC={p.MC}, above {SMEM_OPT_IN}"
+        return DwsepWgmma.refuses(self, instance, p)
+
+
 FAMILY = register(DwsepChunked())
 RESIDENT_FAMILY = register(DwsepResident())
 STREAM_FAMILY = register(DwsepStream())
@@ -582,7 +637,8 @@ WGMMA_FAMILY = register(DwsepWgmma())
 WGMMA_SPLIT_FAMILY = register(DwsepWgmmaSplit())
 WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
 WGMMA_BULK_FAMILY = register(DwsepWgmmaBulk())
+WGMMA_CLUSTER_FAMILY = register(DwsepWgmmaCluster())
 __all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream", "DwsepWgmma",
-           "DwsepWgmmaBulk", "DwsepWgmmaResident", "DwsepWgmmaSplit", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
-           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_FAMILY",
+           "DwsepWgmmaBulk", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaSplit", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
+           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_CLUSTER_FAMILY", "WGMMA_FAMILY",
            "WGMMA_RESIDENT_FAMILY", "WGMMA_SPLIT_FAMILY"]

@@ -22,6 +22,12 @@
 // the stages' mbarriers after them: 8 + 8 * STAGES bytes more). Macros:
 // TILE_P (64 or 128), TILE_N (64 to 256), STAGES (2 to 7), PRODUCERS (1 or 2), WARPS_M =
 // TILE_P / 16, WARPS_N = 1, KC = 64, FILTER (3: R = S = 3 in registers; 0: any size).
+//
+// With K_SHARE > 1 (dwsep_wgmma_cluster) the K_SHARE blocks of a pixel tile (grid y) form a
+// thread-block cluster that computes the tile's depthwise once between them: before the
+// passes, the producers of cluster block r compute chunks r, r + K_SHARE, ... and store each
+// into the resident A of every block of the cluster (distributed shared memory); one cluster
+// barrier later every block holds every chunk and runs its passes as above.
 #define WG_N (TILE_N > 256 ? 256 : TILE_N)
 #define M_GROUPS (TILE_P / 64)
 #define CONSUMERS (M_GROUPS * (TILE_N / WG_N))
@@ -38,6 +44,9 @@
 #define FULL_BARRIER 1              // ids 1 .. STAGES (0 is __syncthreads)
 #define EMPTY_BARRIER (1 + STAGES)  // ids STAGES + 1 .. 2 STAGES
 #define LAG (STAGES - 2)            // steps a producer's hand-over trails its copies
+#ifndef K_SHARE
+#define K_SHARE 1
+#endif
 
 #include "dwsep_wgmma.cuh"
 
@@ -49,10 +58,16 @@
 // stages' own image, [K tiles][chunks][TILE_N rows of 128 bytes, swizzled], so that a stage
 // arrives by one bulk copy (the TMA engine) issued by one producer thread and signalled on the
 // stage's mbarrier, instead of TILE_N * 8 cp.async spread over the producers.
+#if K_SHARE > 1
+#define RESIDENT_KERNEL dwsep_wgmma_cluster
+#define PACK_KERNEL dwsep_wgmma_cluster_pack
+#else
 #define RESIDENT_KERNEL dwsep_wgmma_bulk
+#define PACK_KERNEL dwsep_wgmma_bulk_pack
+#endif
 
 // One thread per 16-byte piece of the packed weight; zeros past K and MC.
-extern "C" __global__ void dwsep_wgmma_bulk_pack(const elem_t* __restrict__ w_pw,
+extern "C" __global__ void PACK_KERNEL(const elem_t* __restrict__ w_pw,
                                                  unsigned char* __restrict__ packed,
                                                  DwsepParams p) {
   const int chunks = (p.MC + 63) / 64, k_tiles = (p.K + TILE_N - 1) / TILE_N;
@@ -87,8 +102,53 @@ __device__ __forceinline__ void mbar_wait(u64* bar, int parity) {
       "r"(parity)
       : "memory");
 }
+#elif K_SHARE > 1
+#define RESIDENT_KERNEL dwsep_wgmma_cluster
 #else
 #define RESIDENT_KERNEL dwsep_wgmma_resident
+#endif
+
+#if K_SHARE > 1
+#define CLUSTER __cluster_dims__(1, K_SHARE, 1)
+#define SHARE_BARRIER 15  // the producers alone, between their chunks and sharing them
+#if 2 * STAGES + 1 >= SHARE_BARRIER
+#error "dwsep_wgmma_cluster: the producers' barrier id must lie above the stages' (STAGES <= 6)"
+#endif
+// Stores of this thread in any state space (the cluster's shared memory included) ordered
+// before the async proxy's (wgmma's) reads.
+__device__ __forceinline__ void fence_proxy_async_all() {
+  asm volatile("fence.proxy.async;\n" ::: "memory");
+}
+// This block's chunks (rank, rank + K_SHARE, ...), computed by the producers (thread t of
+// PRODUCER_THREADS) into this block's resident A and copied, 16 bytes at a time, to the same
+// place in the other blocks of the cluster.
+__device__ __forceinline__ void fill_and_share(unsigned char* resident, int chunks, int t,
+                                               const RowTaps* rows, const elem_t* __restrict__ x,
+                                               const elem_t* __restrict__ w_dw,
+                                               const elem_t* __restrict__ scale,
+                                               const elem_t* __restrict__ shift,
+                                               const DwsepParams& p, int rank) {
+  constexpr int CHUNK_BYTES = TILE_P * ROW_BYTES;
+  for (int c = rank; c < chunks; c += K_SHARE)
+    fill_chunk(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64);
+  asm volatile("bar.sync %0, %1;\n" ::"n"(SHARE_BARRIER), "n"(PRODUCER_THREADS) : "memory");
+  for (int c = rank; c < chunks; c += K_SHARE) {
+    const u32 chunk = smem_u32(resident + c * CHUNK_BYTES);
+    for (int off = 16 * t; off < CHUNK_BYTES; off += 16 * PRODUCER_THREADS) {
+      const uint4 v = *reinterpret_cast<const uint4*>(resident + c * CHUNK_BYTES + off);
+#pragma unroll
+      for (int r = 1; r < K_SHARE; ++r) {
+        u32 remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                     : "=r"(remote) : "r"(chunk + off), "r"((u32)((rank + r) % K_SHARE)));
+        asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(remote),
+                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+      }
+    }
+  }
+}
+#else
+#define CLUSTER
 #endif
 
 // The producer's end of a step: its copies landed (all but the newest `pending` groups), its
@@ -108,7 +168,7 @@ __device__ __forceinline__ void hand_over_bulk(int step, u64* bars) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void CLUSTER __launch_bounds__(THREADS, 1)
 RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
                      const elem_t* __restrict__ scale, const elem_t* __restrict__ shift,
                      const elem_t* __restrict__ w_pw, const elem_t* __restrict__ b_pw,
@@ -144,6 +204,15 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   }
 #endif
   __syncthreads();
+#if K_SHARE > 1
+  cluster_sync();  // every block of the cluster runs: its shared memory takes stores
+  if (wg >= CONSUMERS)
+    fill_and_share(resident, chunks, threadIdx.x - 128 * CONSUMERS, rows, x, w_dw, scale, shift,
+                   p, (int)cluster_rank());
+  fence_proxy_async_all();
+  cluster_sync();  // every chunk in every block of the cluster
+  fence_proxy_async_all();
+#endif
 
   if (wg >= CONSUMERS) {  // a producer: the weight's chunks, and in the first pass A's
     const int t = threadIdx.x - 128 * CONSUMERS;
@@ -162,7 +231,7 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       load_weight(stages + s * STAGE_BYTES, w_pw, p, k0, c * 64, t);
       cp_async_commit();
 #endif
-      if (pass == 0)
+      if (K_SHARE == 1 && pass == 0)
         fill_chunk(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64);
 #if BULK
       if (step >= LAG) hand_over_bulk(step - LAG, bars);
