@@ -32,6 +32,20 @@ EDGES = [
 ]
 
 
+# conv_direct's entries for stride 2 along the row (<op>_s2, forward and backward-weight):
+# depthwise and grouped, every unrolled filter size, odd sizes, padding from none to FR // 2,
+# windows past both edges, stride 2 along the row only
+STRIDE_2 = [
+    dict(N=2, C=24, K=24, G=24, H=15, W=13, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+    dict(N=1, C=40, K=40, G=40, H=17, W=19, R=5, S=5, stride_h=2, stride_w=2, pad_h=2, pad_w=2),
+    dict(N=2, C=16, K=16, G=16, H=14, W=15, R=7, S=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3),
+    dict(N=1, C=72, K=72, G=72, H=9, W=10, R=3, S=3, stride_h=2, stride_w=2),
+    dict(N=2, C=8, K=8, G=8, H=3, W=3, R=5, S=5, stride_h=2, stride_w=2, pad_h=2, pad_w=2),
+    dict(N=2, C=64, K=64, G=8, H=11, W=13, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+    dict(N=1, C=48, K=48, G=48, H=12, W=12, R=3, S=3, stride_w=2, pad_h=1, pad_w=1),
+]
+
+
 def random_shapes(count, seed=7):
     rng, shapes = random.Random(seed), []
     while len(shapes) < count:
@@ -80,3 +94,22 @@ def test_every_instance_is_right_on_every_shape(worker, op, dtype):
             failures.append(f"no instance serves {problem.label()}")
     print(op, dtype, dict(statuses))
     assert not failures, "\n".join(failures[:40])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_weight"])
+def test_direct_stride_2_entry_is_right(worker, op, dtype):
+    family = next(f for f in families_for(op) if f.name == "conv_direct")
+    instances = family.instances(op, dtype)
+    failures, ran = [], Counter()
+    for shape in STRIDE_2:
+        problem = ConvProblem(op=op, dtype=dtype, **shape)
+        for instance, result in worker.measure_problem(problem, instances, VERIFY_ONLY):
+            if result.status == "ok":
+                ran[family.entry(instance, problem)] += 1
+            elif result.status != "unsupported":
+                failures.append(f"{instance.name} on {problem.label()}: {result.status} "
+                                f"{result.message}")
+    assert not failures, "\n".join(failures[:40])
+    assert ran[f"{op}_s2"] >= len(STRIDE_2), ran
+    print(op, dtype, dict(ran))

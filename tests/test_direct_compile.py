@@ -156,6 +156,32 @@ def test_applicability_reasons():
     assert "shared memory" in _reason("conv2d_fwd", dict(smem=8, fr=3, vec=8), **strided)
 
 
+def test_stride_2_along_the_row_has_its_own_windowed_entry():
+    dw = dict(N=2, C=96, K=96, G=96, H=15, W=15, R=5, S=5, pad_h=2, pad_w=2)
+    fwd = FAMILY.instances("conv2d_fwd", "bf16")
+    five = next(i for i in fwd if i.settings["fr"] == 5 and not i.settings["smem"])
+    any_size = next(i for i in fwd if i.settings["fr"] == 0)
+
+    def entry(inst, **extra):
+        return FAMILY.entry(inst, problem("conv2d_fwd", **dict(dw, **extra)))
+
+    assert entry(five, stride_h=2, stride_w=2) == "conv2d_fwd_s2"
+    assert entry(five, stride_h=1, stride_w=2) == "conv2d_fwd_s2"  # the row's stride decides
+    assert entry(five, stride_h=2, stride_w=1) == "conv2d_fwd"
+    assert entry(five, stride_h=3, stride_w=3) == "conv2d_fwd_generic"
+    assert entry(five, stride_h=2, stride_w=2, dil_h=2, dil_w=2, pad_h=4,
+                 pad_w=4) == "conv2d_fwd_generic"
+    assert entry(any_size, stride_h=2, stride_w=2) == "conv2d_fwd"  # generic in its main entry
+    back = next(i for i in FAMILY.instances("conv2d_bwd_data", "bf16") if i.settings["fr"] == 5)
+    assert FAMILY.entry(back, problem("conv2d_bwd_data", stride_h=2, stride_w=2, **dw)) == (
+        "conv2d_bwd_data_strided")
+    grads = next(i for i in FAMILY.instances("conv2d_bwd_weight", "bf16") if i.settings["fr"] == 5)
+    for stride, want in ((2, "conv2d_bwd_weight_s2"), (1, "conv2d_bwd_weight"),
+                         (3, "conv2d_bwd_weight_generic")):
+        p = problem("conv2d_bwd_weight", stride_h=stride, stride_w=stride, **dw)
+        assert FAMILY.launches(grads, p)[0].entry == want
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_every_small_group_shape_is_served(op):
     """Any C/G, K/G up to the family's limit, any filter and stride: some instance serves it."""

@@ -20,7 +20,8 @@
 // one vector. Every kernel takes ConvParams by value and `cub`, the channel units per block.
 // Entries: conv2d_fwd, conv2d_bwd_data (unit stride), conv2d_bwd_data_strided,
 // conv2d_bwd_weight + conv2d_bwd_weight_reduce; FR > 0 instances add <op>_generic for strides
-// and dilations their unrolled windows do not cover. Each entry has its own registers.
+// and dilations their unrolled windows do not cover, and conv2d_fwd_s2 and
+// conv2d_bwd_weight_s2 for stride 2 along the row. Each entry has its own registers.
 #include "../common.cuh"
 
 #ifndef DIRECT_OP
@@ -519,7 +520,7 @@ __device__ __forceinline__ void corr_shared(const Corr& c, const elem_t* __restr
 // its own registers: the main one unrolls the filter row's input window for unit stride and
 // dilation along the row (and leaves other shapes unwritten), the _generic one serves any
 // stride and dilation with the filter loops unrolled. FR == 0 instances are generic in their
-// main entry. (corr_row and the backward-weight window also take stride 2: unused for now.)
+// main entry; forward and backward-weight have a third, <op>_s2, for stride 2 along the row.
 constexpr bool kWindowed = FR > 0;
 
 template <bool generic>
@@ -570,6 +571,27 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 1)  // rare shapes: no occup
 conv2d_fwd_generic(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
                    elem_t* __restrict__ y, ConvParams p, int cub) {
   forward<true>(x, w, y, p, cub);
+}
+
+// Stride 2 along the row, dilation 1 (every network's downsampling depthwise layers): the
+// filter row's input window of (TILE_W - 1) * 2 + FR columns loaded once into registers and
+// reused across the thread's columns, as the main entry does for unit stride; an entry of its
+// own, for its own registers. Other shapes are left unwritten.
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
+conv2d_fwd_s2(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __restrict__ y,
+              ConvParams p, int cub) {
+  float* ws = reinterpret_cast<float*>(direct_smem);
+  stage_taps<false>(w, p, ws, cub);
+  __syncthreads();
+  const Corr c = forward_corr(p);
+  if (c.sw != 2 || c.dw != 1) return;
+#if SMEM
+  elem_t* tile = reinterpret_cast<elem_t*>(reinterpret_cast<char*>(direct_smem) +
+                                           align16(p.R * p.S * p.Cg * cub * UNIT * 4));
+  corr_shared<2>(c, x, ws, tile, y, cub);
+#else
+  corr_registers<2>(c, x, ws, y, cub);
+#endif
 }
 #endif
 #endif
@@ -875,6 +897,17 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 1)  // rare shapes: no occup
 conv2d_bwd_weight_generic(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
                           float* __restrict__ workspace, ConvParams p, int cub) {
   bwd_weight_partial<0>(p, x, dy, workspace, cub, reinterpret_cast<float*>(direct_smem));
+}
+
+// Stride 2 along the row, dilation 1: the input window unrolled as the main entry does for
+// unit stride, in an entry of its own (its own registers). Other shapes are left unwritten.
+// With every filter row in one block (RB 0) the wider window needs half the occupancy.
+#define S2_MIN_BLOCKS (RB ? MIN_BLOCKS : (MIN_BLOCKS + 1) / 2)
+extern "C" __global__ void __launch_bounds__(BLOCK, S2_MIN_BLOCKS)
+conv2d_bwd_weight_s2(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
+                     float* __restrict__ workspace, ConvParams p, int cub) {
+  if (p.stride_w == 2 && p.dil_w == 1)
+    bwd_weight_partial<2>(p, x, dy, workspace, cub, reinterpret_cast<float*>(direct_smem));
 }
 #endif
 

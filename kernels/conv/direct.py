@@ -294,10 +294,13 @@ class DirectConv(KernelFamily):
     def entry(instance: Instance, p: ConvProblem) -> str:
         """The kernel that computes this shape (each has its own registers): backward-data with
         a stride has its own; FR > 0 instances unroll the input window for unit stride and
-        dilation along the row in the main entry and keep a _generic one for the rest."""
+        dilation along the row in the main entry, for stride 2 in the _s2 one (forward and
+        backward-weight), and keep a _generic one for the rest."""
         op = instance.operator
         if op == "conv2d_bwd_data" and (p.stride_h, p.stride_w) != (1, 1):
             return "conv2d_bwd_data_strided"
+        if instance.settings["fr"] and (p.dil_w, p.stride_w) == (1, 2):
+            return f"{op}_s2"
         if instance.settings["fr"] and (p.dil_w, p.stride_w) != (1, 1):
             return f"{op}_generic"
         return op
