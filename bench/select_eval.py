@@ -254,7 +254,8 @@ def shift_table(data: Dataset, config: TrainConfig, shapes: set[tuple[int, ...]]
 def evaluate_op(store, op: str, args, resources) -> dict:
     config = TrainConfig(threads=args.threads, keep_within=args.keep_within,
                          guard_depth=args.guard_depth, rounds=args.rounds,
-                         learning_rate=args.learning_rate)
+                         learning_rate=args.learning_rate, num_leaves=args.num_leaves,
+                         seed=args.seed)
     data = cap_rows(load_dataset(store, op, args.arch, args.dtype, resources=resources),
                     args.rows)
     synthetic = bool(data.window.get("synthetic"))
@@ -280,7 +281,8 @@ def evaluate_op(store, op: str, args, resources) -> dict:
         for part in ("validation", "holdout"):
             print(f"    {kind:9s} {part:10s} {Efficiency(**scores[part]).line()}")
     figures["default_holdout"] = {"holdout": data.window["holdout"], "chosen": m["kind"],
-                                  "trees": m["trees"], "models": m["candidates"],
+                                  "trees": m["trees"], "config": model.config,
+                                  "models": m["candidates"],
                                   "training_rows": m["training_rows"],
                                   "training_seconds": m["training_seconds"]}
     figures["latency"] = selection_latency(model, data, args.shapes)
@@ -323,9 +325,15 @@ def main() -> None:
                         help="keep the candidates within this fraction of the fastest on some "
                              "training problem (default: the operator's)")
     parser.add_argument("--folds", choices=["networks", "default"], default="networks")
-    parser.add_argument("--rounds", type=int, default=TrainConfig.rounds,
-                        help="most boosting rounds (trees) of each model")
-    parser.add_argument("--learning-rate", type=float, default=TrainConfig.learning_rate)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="most boosting rounds (trees) of each model (default: the "
+                             "operator's)")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="default: the operator's")
+    parser.add_argument("--num-leaves", type=int, default=None,
+                        help="leaves per tree at most (default: the operator's)")
+    parser.add_argument("--seed", type=int, default=TrainConfig.seed,
+                        help="LightGBM's seed (feature sampling)")
     parser.add_argument("--guard-depth", type=int, default=TrainConfig.guard_depth,
                         help="the model's best this many: a safe candidate first (0: off)")
     parser.add_argument("--shift-recording", type=Path, default=None, metavar="FILE",

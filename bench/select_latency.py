@@ -118,8 +118,9 @@ def main() -> None:
                         help="REV's farm/select/cexport.py, saved (a copy without git history)")
     parser.add_argument("--pruned", action="store_true",
                         help="also time this checkout's export generated with pruning")
-    parser.add_argument("--rounds", type=int, default=TrainConfig.rounds)
-    parser.add_argument("--learning-rate", type=float, default=TrainConfig.learning_rate)
+    parser.add_argument("--rounds", type=int, default=None, help="default: the operator's")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="default: the operator's")
     parser.add_argument("--keep-within", type=float, default=None)
     parser.add_argument("--shapes", type=int, default=1000)
     parser.add_argument("--no-resources", action="store_true",
@@ -130,9 +131,7 @@ def main() -> None:
     args = parser.parse_args()
     config = TrainConfig(rounds=args.rounds, learning_rate=args.learning_rate,
                          keep_within=args.keep_within)
-    figures: dict = {"operators": {}, "baseline_rev": args.baseline_rev,
-                     "config": {"rounds": config.rounds, "learning_rate": config.learning_rate,
-                                "keep_within": args.keep_within}}
+    figures: dict = {"operators": {}, "baseline_rev": args.baseline_rev}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         old = (generator_at(args.baseline_rev, folder, args.baseline_file.read_text()
@@ -185,7 +184,7 @@ def main() -> None:
             python_agree = sum(c >= 0 and selector.names[c] == s for c, s in
                                zip(picks[CURRENT], selector.select_many(shapes)))
             entry = {"candidates": len(model.catalogue), "trees": model.metrics["trees"],
-                     "kind": model.kind, "c_export": timed, **medians,
+                     "kind": model.kind, "config": model.config, "c_export": timed, **medians,
                      "same_choice": agree.get(baseline),
                      "python_same_choice": f"{python_agree}/{len(shapes)}",
                      "python_every_candidate_same_choice": sum(

@@ -79,6 +79,10 @@ class OperatorSpec(abc.ABC):
     # fastest on some training problem (farm/select/train.py); 0 keeps every one. On the H100
     # recordings 0.97 is as good on held-out networks as every candidate, and better on
     # generated shapes of another distribution (docs/BENCHMARKS.md)
+    # A selection model's boosting settings where they differ from farm/select/train.py's
+    # BOOSTING (rounds, learning_rate, hybrid_rounds, num_leaves); an explicit TrainConfig
+    # value (farm train --rounds ...) overrides them.
+    training: ClassVar[Mapping[str, Any]] = {}
     # The networks a selection model is scored on and never trained on, by default; with none
     # of them among the measured problems, a hash of the shape holds out a share instead.
     holdout_networks: tuple[str, ...] = ()

@@ -52,6 +52,21 @@ def test_the_model_holds_on_the_networks_it_never_saw(trained):
     assert held["mean"] > mean and held["p10"] > p10
 
 
+def test_farm_train_uses_the_operators_training_settings(trained):
+    import dataclasses
+    import json
+
+    from farm.select.train import TrainConfig
+
+    op, bundle = trained
+    metrics = json.loads((bundle / "metrics.json").read_text())
+    default = TrainConfig().for_operator(op)
+    assert metrics["train_config"] == json.loads(json.dumps(dataclasses.asdict(default)))
+    assert {k: getattr(default, k) for k in operator_spec(op).training} == dict(
+        operator_spec(op).training)
+    assert metrics["metrics"]["trees"] <= default.rounds
+
+
 def test_c_export_chooses_as_python(trained, tmp_path, monkeypatch):
     op, bundle = trained
     monkeypatch.setenv("FARM_SELECT_CACHE", str(tmp_path / "cache"))

@@ -248,11 +248,13 @@ def test_bench_select_eval_runs_on_synthetic_data(fwd, tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(sys, "argv", ["select_eval", "--db", fwd.url, "--rows", "4000",
                                       "--shapes", "60", "--no-resources", "--folds", "default",
-                                      "--out", str(tmp_path)])
+                                      "--num-leaves", "7", "--seed", "3", "--out", str(tmp_path)])
     select_eval.main()
     text = capsys.readouterr().out
     assert "SYNTHETIC data (not measured)" in text and "C and Python agree on 60/60" in text
-    assert (tmp_path / "select_eval.json").is_file()
+    figures = json.loads((tmp_path / "select_eval.json").read_text())["figures"]
+    config = figures["operators"]["conv2d_fwd"]["default_holdout"]["config"]
+    assert (config["num_leaves"], config["seed"], config["rounds"]) == (7, 3, 100)
 
 
 def test_bench_select_eval_holds_out_a_recordings_shapes(fwd, tmp_path, capsys):
@@ -625,3 +627,34 @@ def test_worst_choices_name_the_fastest_pair_even_one_the_model_does_not_know(fw
     worst = worst_choices("conv2d_fwd", held, cost, None, 0, count=len(fastest))
     names = {w["fastest"] for w in worst}
     assert None not in names and held.loc[unknown, "kernel"] in names
+
+
+def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, monkeypatch):
+    """farm train: rounds, learning rate and the hybrid's first stage left unset come from the
+    operator's OperatorSpec.training, else farm.select.train.BOOSTING; an option given wins."""
+    from farm.select.export import read_bundle
+    from farm.select.train import BOOSTING, TrainConfig
+    from kernels.registry import operator_spec
+
+    spec = operator_spec("conv2d_fwd")
+    assert TrainConfig().for_operator("conv2d_bwd_data") == TrainConfig(
+        rounds=BOOSTING["rounds"], learning_rate=BOOSTING["learning_rate"], hybrid_rounds=40,
+        num_leaves=BOOSTING["num_leaves"])
+    monkeypatch.setattr(spec, "training", {"rounds": 7, "learning_rate": 0.5})
+    assert TrainConfig(rounds=9).for_operator("conv2d_fwd").rounds == 9
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    store = open_store(url)
+    seed_synthetic(store, synthetic_problems("conv2d_fwd", DTYPE, 40, 40))
+    runner = CliRunner()
+    for given, rounds, hybrid in (([], 7, 3), (["--rounds", "12"], 12, 5)):
+        result = runner.invoke(app, ["train", "--op", "conv2d_fwd", "--no-resources", *given],
+                               env={"FARM_DB_URL": url})
+        assert result.exit_code == 0, result.output
+        model = ModelQueries(store).models("conv2d_fwd", ARCH, DTYPE)[0]
+        out = tmp_path / f"bundle{rounds}"
+        assert runner.invoke(app, ["models", "export", str(model.id), "--out", str(out)],
+                             env={"FARM_DB_URL": url}).exit_code == 0
+        config = json.loads(read_bundle(out)["metrics.json"])["train_config"]
+        assert (config["rounds"], config["learning_rate"], config["hybrid_rounds"],
+                config["num_leaves"]) == (rounds, 0.5, hybrid, 31)
+        assert json.loads(read_bundle(out)["metrics.json"])["metrics"]["trees"] <= rounds

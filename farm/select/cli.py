@@ -43,8 +43,10 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
           dtype: Annotated[Optional[str], typer.Option(help="Element type (default: all)")] = None,
           holdout: Annotated[list[str], typer.Option(
               "--holdout-network", help="Networks held out (repeatable)")] = [],
-          rounds: Annotated[int, typer.Option(help="Most boosting rounds (trees)")] = 100,
-          learning_rate: Annotated[float, typer.Option(help="Boosting learning rate")] = 0.2,
+          rounds: Annotated[Optional[int], typer.Option(
+              help="Most boosting rounds (trees) (default: the operator's)")] = None,
+          learning_rate: Annotated[Optional[float], typer.Option(
+              help="Boosting learning rate (default: the operator's)")] = None,
           keep_within: Annotated[Optional[float], typer.Option(
               help="Keep the candidates within this fraction of the fastest on some training "
                    "problem (0.97: 3%; 0: all; default: the operator's)")] = None,

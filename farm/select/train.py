@@ -31,6 +31,9 @@ from farm.select.guard import TrainingSupport
 from kernels.registry import operator_spec
 
 KINDS = ("regressor", "ranker", "hybrid")
+BOOSTING = {"rounds": 100, "learning_rate": 0.2, "num_leaves": 31}  # where neither the config
+# nor the operator sets them
+HYBRID_SHARE = 0.4  # the hybrid's first stage: at most this share of the rounds
 GRADES = 30  # ranker relevance: 30 for the fastest, one less per 4% slower, 0 at the floor
 
 
@@ -38,13 +41,16 @@ GRADES = 30  # ranker relevance: 30 for the fastest, one less per 4% slower, 0 a
 class TrainConfig:
     """Model hyperparameters (small trees, so that selection stays in microseconds)."""
 
-    # 100 trees at 0.2: 40 at 0.35 select in well under half the time and are as good on
-    # held-out networks, but worse on generated shapes of another distribution (P10 0.70
-    # against 0.83 in backward-weight on the H100 recordings, docs/BENCHMARKS.md)
-    rounds: int = 100  # each tree costs ~0.1 us of the C export's selection (63 candidates)
-    learning_rate: float = 0.2
-    hybrid_rounds: int = 40  # the hybrid's first stage (relative log speed) at most
-    num_leaves: int = 31
+    # The boosting settings left None come from the operator's OperatorSpec.training, then
+    # from BOOSTING (for_operator; train() applies it). 100 trees at 0.2 by default: 40 at 0.35
+    # select in well under half the time and are as good on held-out networks, but worse on
+    # generated shapes of another distribution (P10 0.70 against 0.83 in backward-weight on
+    # the H100 recordings, docs/BENCHMARKS.md)
+    rounds: int | None = None  # most trees; each costs 0.7 to 1.7 ns a candidate in the C export
+    learning_rate: float | None = None
+    hybrid_rounds: int | None = None  # the hybrid's first stage (relative log speed) at most;
+    # None: HYBRID_SHARE of the rounds
+    num_leaves: int | None = None
     min_data_in_leaf: int = 20
     feature_fraction: float = 0.9
     early_stopping: int = 30
@@ -59,6 +65,15 @@ class TrainConfig:
     keep_within: float | None = None  # candidates kept: those within this fraction of the
     # fastest on some training problem (0.97: 3%); 0 keeps all; None: the operator's default
     guard_depth: int = 2  # the model's best this many: a safe one first (farm.select.guard)
+
+    def for_operator(self, operator: str) -> TrainConfig:
+        """This config with the boosting settings it leaves None set to the operator's
+        (OperatorSpec.training), else to BOOSTING."""
+        own = {**BOOSTING, **operator_spec(operator).training}
+        given = replace(self, **{k: v for k, v in own.items() if getattr(self, k) is None})
+        if given.hybrid_rounds is None:
+            given = replace(given, hybrid_rounds=max(round(HYBRID_SHARE * given.rounds), 1))
+        return given
 
     def kept_fraction(self, operator: str) -> float:
         if self.keep_within is not None:
@@ -196,6 +211,7 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
     are learnt and exported; the others get an infinite cost in the figures, which are still
     measured against the fastest of all candidates."""
     start = time.perf_counter()
+    config = config.for_operator(data.operator)
     spec = FeatureSpec.build(data.operator, data.dtype, data.device)
     parts = {s: usable(data.part(s)) for s in ("train", "validation", "holdout")}
     for name in ("train", "validation"):
