@@ -520,21 +520,32 @@ class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
 
     stage_barriers = False  # an mbarrier per stage after the rows' descriptors (BULK)
 
+    def bulk(self, c: dict[str, Any]) -> bool:
+        """Whether the instance's stages arrive by bulk copies (and have mbarriers)."""
+        return self.stage_barriers
+
     def resident_bytes(self, c: dict[str, Any], chunk_count: int) -> int:
         """1 KB to align the tiles, the weight's stages, the resident A (tile_p rows of 128
         bytes per chunk of 64 channels), the rows' descriptors and any stage barriers."""
         return (1024 + 128 * (c["stages"] * c["tile_n"] + chunk_count * c["tile_p"])
-                + 12 * c["tile_p"] + (8 + 8 * c["stages"] if self.stage_barriers else 0))
+                + 12 * c["tile_p"] + (8 + 8 * c["stages"] if self.bulk(c) else 0))
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
         return self.resident_bytes(c, -(-p.MC // 64))
 
-    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
-        c = instance.settings
+    def refuses_passes(self, c: dict[str, Any], p: DwsepProblem) -> str | None:
+        """Why the channel tiles do not suit the k_blocks blocks of a pixel tile, if so."""
         tiles_k = -(-p.K // c["tile_n"])
         if tiles_k <= c["k_blocks"]:
             return (f"K={p.K} makes {tiles_k} pass(es) of {c['tile_n']} for k_blocks="
                     f"{c['k_blocks']}: one pass a block is dwsep_wgmma's, with less shared memory")
+        return None
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        reason = self.refuses_passes(c, p)
+        if reason:
+            return reason
         need = self.shared_bytes(c, p)
         if need > SMEM_OPT_IN:
             return f"needs {need} bytes of shared memory for MC={p.MC}, above {SMEM_OPT_IN}"
@@ -599,33 +610,26 @@ class DwsepWgmmaCluster(DwsepWgmmaBulk):
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
         c = instance.settings
-        return {**super().defines(instance), "BULK": c["bulk"], "K_SHARE": c["k_blocks"]}
+        return {**super().defines(instance), "BULK": int(self.bulk(c)), "K_SHARE": c["k_blocks"]}
 
-    def resident_bytes(self, c: dict[str, Any], chunk_count: int) -> int:
-        return (1024 + 128 * (c["stages"] * c["tile_n"] + chunk_count * c["tile_p"])
-                + 12 * c["tile_p"] + (8 + 8 * c["stages"] if c["bulk"] else 0))
-
-    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
-        return pixel_tiles(c, p), c["k_blocks"]
+    def bulk(self, c: dict[str, Any]) -> bool:
+        return bool(c["bulk"])
 
     def workspace_bytes(self, instance: Instance, problem: DwsepProblem) -> int:
-        return super().workspace_bytes(instance, problem) if instance.settings["bulk"] else 0
+        return super().workspace_bytes(instance, problem) if self.bulk(instance.settings) else 0
 
     def launches(self, instance: Instance, problem: DwsepProblem) -> list[Launch]:
-        if instance.settings["bulk"]:
+        if self.bulk(instance.settings):
             return super().launches(instance, problem)
         return DwsepFamily.launches(self, instance, problem)
 
-    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
-        c = instance.settings
+    def refuses_passes(self, c: dict[str, Any], p: DwsepProblem) -> str | None:
+        """A block may make one pass (the grid's y is k_blocks exactly), not none."""
         tiles_k = -(-p.K // c["tile_n"])
         if tiles_k < c["k_blocks"]:
             return (f"K={p.K} makes {tiles_k} channel tile(s) of {c['tile_n']}: fewer than the "
                     f"cluster's k_blocks={c['k_blocks']}")
-        need = self.shared_bytes(c, p)
-        if need > SMEM_OPT_IN:
-            return f"needs {need} bytes of shared memory for MC={p.MC}, above {SMEM_OPT_IN}"
-        return DwsepWgmma.refuses(self, instance, p)
+        return None
 
 
 FAMILY = register(DwsepChunked())
