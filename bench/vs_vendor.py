@@ -42,7 +42,7 @@ from farm.timing import TimingPolicy
 from farm.worker import GpuWorker
 from kernels import families_for
 from kernels.conv.anchors import ANCHORS
-from kernels.registry import operator_spec
+from kernels.registry import get_family, operator_spec
 from kernels.vendor import FAMILY as VENDOR
 from kernels.vendor import forget_compiled, is_compiled
 
@@ -179,7 +179,8 @@ def main() -> None:
                         help="also time the vendor call through torch.compile (default: for "
                              f"{', '.join(COMPILED_BY_DEFAULT)})")
     parser.add_argument("--families", nargs="*", default=None,
-                        help="measure only these families of ours (the vendor's always)")
+                        help="measure only these families of ours (the vendor's always), on the "
+                             "shapes some instance of theirs serves")
     args = parser.parse_args()
     if args.recording:
         return from_recording(args.recording, args.out,
@@ -204,7 +205,7 @@ def main() -> None:
             if lost:
                 break
             for label, problem in shapes(op, args.shapes, args.dtype, batch):
-                if problem in seen:
+                if problem in seen or (args.families and not serves(instances, problem)):
                     continue
                 seen.add(problem)
                 if with_compiled:
@@ -248,6 +249,13 @@ def main() -> None:
     if lost:
         raise SystemExit(f"incomplete: the GPU context was lost on {lost['problem']} by "
                          f"{lost['instance']} ({lost['message']})")
+
+
+def serves(instances: list, problem: Problem) -> bool:
+    """Whether an instance of ours (not the vendor's) serves `problem`: with --families, the
+    shapes none of them serves are left out (the vendor's time alone compares nothing)."""
+    return any(i.family != VENDOR.name and get_family(i.family).applicable(i, problem) is None
+               for i in instances)
 
 
 def op_geomeans(entries: list[dict], batches: list[int]) -> dict:

@@ -45,6 +45,16 @@ def _direct_us(p: ConvProblem, c: dict) -> float:
     return max(memory, compute) * 1e6 + 3.0 + (3.0 if p.op == "conv2d_bwd_weight" else 0.0)
 
 
+def _grouped_mma_us(p: ConvProblem, c: dict) -> float:
+    out_h, out_w = (p.H, p.W) if p.op == "conv2d_bwd_data" else (p.P, p.Q)
+    th, tw = c["tile_h"], c["tile_w"]
+    useful = out_h * out_w / (-(-out_h // th) * th * -(-out_w // tw) * tw)
+    packed = c["width"] / p.c_per_group  # the zero blocks of a super-group's matrices
+    compute = p.flops * packed / (PEAK * 0.3 * useful)
+    memory = p.min_bytes / (BANDWIDTH * 0.55 * useful)
+    return max(compute, memory) * 1e6 + 5.0 + (1.0 if c["stages"] == 1 else 0.0)
+
+
 def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
     """The toy cost model's latency, before noise."""
     c = instance.settings
@@ -59,6 +69,8 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
                                          "vec": 8, "split_k": split})
     elif instance.family == "conv_direct":
         base = _direct_us(problem, c)
+    elif instance.family in ("conv_grouped_mma", "conv_grouped_mma_bwd_weight"):
+        base = _grouped_mma_us(problem, c)
     else:
         base = problem.flops / 1.5e12 * 1e6 + problem.min_bytes / 900e9 * 1e6 + 4.0
     return base

@@ -126,14 +126,22 @@ class ConvOperator(OperatorSpec):
         from kernels.conv.igemm import shared_bytes
 
         nan, cfg = float("nan"), config
-        threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_m" in cfg
+        if "width" in cfg:  # conv_grouped_mma: a tile of pixels x a slab of super-groups
+            from kernels.conv.grouped_mma import threads as grouped_threads
+            from kernels.conv.grouped_mma import weight_threads
+
+            threads_of = weight_threads if "taps" in cfg else grouped_threads
+            cfg = {**cfg, "block": threads_of(dict(cfg)),
+                   "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["sg"] * cfg["width"],
+                   "block_k": cfg["width"]}
+        threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_n" in cfg
                           else 128 * (cfg["block_m"] // 64 + cfg["producers"])
                           if "producers" in cfg else nan)
         out = {"threads": threads, "tile_m": cfg.get("block_m", nan),
                "tile_n": cfg.get("block_n", nan), "tile_k": cfg.get("block_k", nan),
                "tile_w": cfg.get("tile_w", nan), "split": cfg.get("split_k", 1),
                "vec": cfg.get("vec", nan), "filter": cfg.get("fr", nan)}
-        if {"stages", "block_m", "block_n"} <= set(cfg):
+        if {"stages", "block_m", "block_n"} <= set(cfg) and "width" not in cfg:
             out["static_shared_bytes"] = shared_bytes(dict(cfg))  # the pipeline's tiles
         return out
 

@@ -26,53 +26,7 @@
 #define B_STRIDE (KC + 8)  // u16 per row of a B stage: ldmatrix rows in distinct banks
 #define DWSEP_BOUNDS __launch_bounds__(THREADS, OCC)
 
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-  return (u32)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-// The same through L1 (.ca): for copies whose source other copies of the block read again
-// (neighbouring pixels' taps share most of their inputs).
-__device__ __forceinline__ void cp_async16_l1(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const u16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-#if FARM_DTYPE == 2
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#else
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#endif
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to nearest even into a 16-bit pair, lo in the low half: one cvt.
-__device__ __forceinline__ u32 pack_pair(float lo, float hi) {
-  u32 d;
-#if FARM_DTYPE == 2
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-#endif
-  return d;
-}
+#include "../mma_sync.cuh"
 
 __device__ __forceinline__ void unpack_pair(u32 v, float& lo, float& hi) {
   lo = to_float((u16)(v & 0xffffu));
