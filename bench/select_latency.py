@@ -28,10 +28,8 @@ Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import inspect
-import os
 import re
 import subprocess
 import sys
@@ -41,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import cpu_name, write_result
+from bench.common import recording_parser, write_cpu_result
 from bench.select_eval import latency, query_shapes
 from farm.select.catalogue import compile_cache_resources, no_resources
 from farm.select.cdriver import run_driver
@@ -127,11 +125,7 @@ def time_exports(sources: dict[str, str], prefix: str, shapes, masks: dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recording", type=Path, nargs="+", required=True)
-    parser.add_argument("--ops", nargs="+", default=["conv2d_fwd"])
-    parser.add_argument("--arch", default="sm_90")
-    parser.add_argument("--dtype", default="bf16")
+    parser = recording_parser(__doc__)
     parser.add_argument("--baseline-rev", default=None, metavar="REV",
                         help="also time the C export that REV's generator writes")
     parser.add_argument("--baseline-file", type=Path, default=None, metavar="PY",
@@ -246,9 +240,8 @@ def main() -> None:
                      f"{medians['python_selector_other_candidates']['p50_us']:.1f} us"
                      if other is not None else ""), flush=True)
         store.engine.dispose()
-    device = {"cpu": cpu_name(), "cores": os.cpu_count(),
-              "note": "one shape per call on one core; no GPU involved"}
-    print(f"wrote {write_result(args.name, device, figures, args.out)}")
+    write_cpu_result(args.name, "one shape per call on one core; no GPU involved", figures,
+                     args.out)
 
 
 if __name__ == "__main__":

@@ -675,17 +675,18 @@ def test_worst_choices_name_the_fastest_pair_even_one_the_model_does_not_know(fw
 
 
 def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, monkeypatch):
-    """farm train: rounds, learning rate and the hybrid's first stage left unset come from the
-    operator's OperatorSpec.training, else farm.select.train.BOOSTING; an option given wins."""
+    """farm train: rounds, learning rate, the hybrid's first stage and the candidate settings
+    left unset come from the operator's OperatorSpec.training, else farm.select.train.BOOSTING
+    and CANDIDATES; an option given wins."""
     from farm.select.export import read_bundle
-    from farm.select.train import BOOSTING, TrainConfig
+    from farm.select.train import BOOSTING, CANDIDATES, TrainConfig
     from kernels.registry import operator_spec
 
     spec = operator_spec("conv2d_fwd")
     assert TrainConfig().for_operator("conv2d_bwd_data") == TrainConfig(
         rounds=BOOSTING["rounds"], learning_rate=BOOSTING["learning_rate"], hybrid_rounds=40,
-        num_leaves=BOOSTING["num_leaves"])
-    monkeypatch.setattr(spec, "training", {"rounds": 7, "learning_rate": 0.5})
+        num_leaves=BOOSTING["num_leaves"], **CANDIDATES)
+    monkeypatch.setattr(spec, "training", {"rounds": 7, "learning_rate": 0.5, "covers": 3})
     assert TrainConfig(rounds=9).for_operator("conv2d_fwd").rounds == 9
     url = f"sqlite:///{tmp_path / 'own.db'}"
     store = open_store(url)
@@ -702,4 +703,5 @@ def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, 
         config = json.loads(read_bundle(out)["metrics.json"])["train_config"]
         assert (config["rounds"], config["learning_rate"], config["hybrid_rounds"],
                 config["num_leaves"]) == (rounds, 0.5, hybrid, 31)
+        assert (config["candidates"], config["covers"]) == ("cover", 3)
         assert json.loads(read_bundle(out)["metrics.json"])["metrics"]["trees"] <= rounds
