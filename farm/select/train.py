@@ -169,7 +169,7 @@ def _close_pairs(frame: pd.DataFrame, within: float) -> pd.DataFrame:
 
 
 def kept_candidates(frame: pd.DataFrame, within: float, count: int, rule: str = "union",
-                    covers: int = 2) -> np.ndarray:
+                    covers: int = CANDIDATES["covers"]) -> np.ndarray:
     """Catalogue indices (of `count`) of the candidates a model keeps, sorted; all of them
     where within is 0. `union`: every candidate whose ok time is within `within` of the
     fastest of at least one problem of `frame`; `cover`: cover_candidates of those."""
@@ -182,7 +182,8 @@ def kept_candidates(frame: pd.DataFrame, within: float, count: int, rule: str = 
     return np.unique(_close_pairs(frame, within)["candidate"].to_numpy())
 
 
-def cover_candidates(frame: pd.DataFrame, within: float, covers: int = 2) -> np.ndarray:
+def cover_candidates(frame: pd.DataFrame, within: float,
+                     covers: int = CANDIDATES["covers"]) -> np.ndarray:
     """A greedy set cover of the problems of `frame`: repeatedly keep the candidate within
     `within` of the fastest on the most problems that still need one, each weighted by how
     many it still needs (ties: the larger sum of its efficiencies on them, then the lower
