@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
+import os
 import platform
 import shlex
 import sys
@@ -34,3 +36,22 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def write_cpu_result(name: str, note: str, figures: dict, out_dir: str | None = None) -> Path:
+    """write_result with this machine's processor and cores as the device; prints the path."""
+    path = write_result(name, {"cpu": cpu_name(), "cores": os.cpu_count(), "note": note},
+                        figures, out_dir)
+    print(f"wrote {path}")
+    return path
+
+
+def recording_parser(doc: str) -> argparse.ArgumentParser:
+    """A parser with the arguments of a benchmark over recordings: --recording, --ops, --arch
+    and --dtype."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--recording", type=Path, nargs="+", required=True)
+    parser.add_argument("--ops", nargs="+", default=["conv2d_fwd"])
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--dtype", default="bf16")
+    return parser

@@ -53,7 +53,7 @@ from farm.select.data import Dataset, load_dataset
 from farm.select.evaluate import Efficiency
 from farm.select.export import C_FILE, bundle_files, c_files
 from farm.select.selector import Selector
-from farm.select.train import TrainConfig, train
+from farm.select.train import CANDIDATE_RULES, TrainConfig, train
 from farm.store import open_store
 from kernels.registry import operator_spec
 
@@ -253,9 +253,10 @@ def shift_table(data: Dataset, config: TrainConfig, shapes: set[tuple[int, ...]]
 
 def evaluate_op(store, op: str, args, resources) -> dict:
     config = TrainConfig(threads=args.threads, keep_within=args.keep_within,
-                         guard_depth=args.guard_depth, rounds=args.rounds,
-                         learning_rate=args.learning_rate, num_leaves=args.num_leaves,
-                         seed=args.seed)
+                         candidates=args.candidates, covers=args.covers,
+                         learn_close=not args.no_learn_close, guard_depth=args.guard_depth,
+                         rounds=args.rounds, learning_rate=args.learning_rate,
+                         num_leaves=args.num_leaves, seed=args.seed)
     data = cap_rows(load_dataset(store, op, args.arch, args.dtype, resources=resources),
                     args.rows)
     synthetic = bool(data.window.get("synthetic"))
@@ -298,7 +299,8 @@ def training_time(op: str, args, rows: int) -> dict:
         problems = synthetic_problems(op, args.dtype, 0, int(rows / 45) + 50, seed=5)
         seed_synthetic(store, problems, args.arch)
         data = cap_rows(load_dataset(store, op, args.arch, args.dtype), rows)
-        model = train(data, TrainConfig(threads=args.threads, keep_within=args.keep_within))
+        model = train(data, TrainConfig(threads=args.threads, keep_within=args.keep_within,
+                                        candidates=args.candidates, covers=args.covers))
     m = model.metrics
     print(f"training time, {op}: {m['training_rows']} SYNTHETIC training rows (timing only), "
           f"every kind ({', '.join(m['candidates'])}) in {m['training_seconds']:.1f} s on "
@@ -324,6 +326,15 @@ def main() -> None:
     parser.add_argument("--keep-within", type=float, default=None, metavar="FRACTION",
                         help="keep the candidates within this fraction of the fastest on some "
                              "training problem (default: the operator's)")
+    parser.add_argument("--candidates", choices=CANDIDATE_RULES, default=None,
+                        help="which of those are kept: a greedy cover of the training problems "
+                             "or every one, the union (default: the operator's)")
+    parser.add_argument("--covers", type=int, default=None,
+                        help="the cover's close candidates per training problem (default: the "
+                             "operator's)")
+    parser.add_argument("--no-learn-close", action="store_true",
+                        help="the trees learn from the kept candidates' pairs only, not from "
+                             "every close candidate's")
     parser.add_argument("--folds", choices=["networks", "default"], default="networks")
     parser.add_argument("--rounds", type=int, default=None,
                         help="most boosting rounds (trees) of each model (default: the "

@@ -15,7 +15,11 @@ each p50 and p99 (microseconds per `best` call), how many shapes each other expo
 same masks chooses as this checkout's does, the Python Selector's latency over this
 checkout's export, over the same export costing every candidate (no compiled-case mask) and
 over the baseline's (alternating rounds, medians), and how many of its choices match this
-checkout's C export. Writes bench/results/select_latency.json (--name, --out).
+checkout's C export. With --other-candidates RULE, a second model of the same data whose
+candidates another rule keeps (farm.select.train.kept_candidates) is timed in the same rounds,
+C and Python. Each model's anatomy: the allowed candidates per shape, its trees, and the
+interactions computed and tested per candidate. Writes bench/results/select_latency.json
+(--name, --out).
 
 Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
            [--ops conv2d_fwd ...] [--baseline-rev 9ab08c5 [--baseline-file cexport.py]]
@@ -24,18 +28,18 @@ Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import inspect
-import os
+import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import cpu_name, write_result
+from bench.common import recording_parser, write_cpu_result
 from bench.select_eval import latency, query_shapes
 from farm.select.catalogue import compile_cache_resources, no_resources
 from farm.select.cdriver import run_driver
@@ -43,7 +47,7 @@ from farm.select.cexport import c_source, symbol_prefix
 from farm.select.data import load_dataset
 from farm.select.export import C_FILE, MODEL, bundle_files, c_files, parse
 from farm.select.selector import Selector
-from farm.select.train import TrainConfig, train
+from farm.select.train import CANDIDATE_RULES, TrainConfig, train
 from farm.store import open_store
 from kernels.registry import operator_spec
 
@@ -51,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CURRENT = "this checkout"
 PRUNED = "this checkout, pruned"
 EVERY = "this checkout, every candidate allowed"
+OTHER = "this checkout, the other candidate rule's model"
 
 
 def generator_at(rev: str, folder: Path, text: str | None = None):
@@ -81,12 +86,25 @@ def export_with(generate, files: dict[str, str], note: str, **options) -> str:
                     **{k: v for k, v in given.items() if k in accepted})
 
 
+def anatomy(source: str, masks: list) -> dict:
+    """What a `best` call of an export evaluates: the allowed candidates per shape (median over
+    `masks`), its trees, and per evaluated candidate the interaction values it computes (NX)
+    and the splits on them it tests (KEEP terms of the blocks; a tree written as branches,
+    `branchy`, tests its path only)."""
+    blocks = re.findall(r"static void block\d+\(.*?\n}\n", source, re.S)
+    return {"allowed_median": float(np.median([sum(m) for m in masks])),
+            "trees": int(re.search(r"LightGBM \w+, (\d+) trees", source).group(1)),
+            "interactions": int(re.search(r"#define NX (\d+)", source).group(1)),
+            "interaction_tests": sum(b.count("KEEP(") for b in blocks),
+            "branchy_trees": source.count("/* tree ")}
+
+
 def agreement(picks: dict[str, list[int]]) -> dict[str, str]:
     """How many shapes each other export, given the same masks, chooses as this checkout's
     does."""
     mine = picks[CURRENT]
     return {name: f"{sum(x == y for x, y in zip(mine, chosen))}/{len(mine)}"
-            for name, chosen in picks.items() if name not in (CURRENT, EVERY)}
+            for name, chosen in picks.items() if name not in (CURRENT, EVERY, OTHER)}
 
 
 def time_exports(sources: dict[str, str], prefix: str, shapes, masks: dict[str, list],
@@ -98,7 +116,7 @@ def time_exports(sources: dict[str, str], prefix: str, shapes, masks: dict[str, 
     for _ in range(runs):
         for name, source in sources.items():
             chosen, timing = run_driver(source, prefix, shapes, masks[name], folder / name,
-                                        repeats=3, strict=name in (CURRENT, PRUNED, EVERY))
+                                        repeats=3, strict=name in (CURRENT, PRUNED, EVERY, OTHER))
             picks[name] = chosen
             times[name].append(timing)
     return {name: {"p50_us": float(np.median([t[0] for t in ts])),
@@ -107,11 +125,7 @@ def time_exports(sources: dict[str, str], prefix: str, shapes, masks: dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recording", type=Path, nargs="+", required=True)
-    parser.add_argument("--ops", nargs="+", default=["conv2d_fwd"])
-    parser.add_argument("--arch", default="sm_90")
-    parser.add_argument("--dtype", default="bf16")
+    parser = recording_parser(__doc__)
     parser.add_argument("--baseline-rev", default=None, metavar="REV",
                         help="also time the C export that REV's generator writes")
     parser.add_argument("--baseline-file", type=Path, default=None, metavar="PY",
@@ -122,6 +136,11 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="default: the operator's")
     parser.add_argument("--keep-within", type=float, default=None)
+    parser.add_argument("--candidates", choices=CANDIDATE_RULES, default=None)
+    parser.add_argument("--covers", type=int, default=None)
+    parser.add_argument("--other-candidates", choices=CANDIDATE_RULES, default=None,
+                        metavar="RULE", help="also time a model of this candidate rule, in the "
+                                             "same alternating rounds")
     parser.add_argument("--shapes", type=int, default=1000)
     parser.add_argument("--no-resources", action="store_true",
                         help="no registers or shared memory from the compile cache")
@@ -130,7 +149,8 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     config = TrainConfig(rounds=args.rounds, learning_rate=args.learning_rate,
-                         keep_within=args.keep_within)
+                         keep_within=args.keep_within, candidates=args.candidates,
+                         covers=args.covers)
     figures: dict = {"operators": {}, "baseline_rev": args.baseline_rev}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
@@ -159,6 +179,13 @@ def main() -> None:
             sources[EVERY] = files[C_FILE]
             given = {name: masks for name in sources}
             given[EVERY] = [[True] * len(model.catalogue)] * len(shapes)
+            other = None
+            if args.other_candidates:  # the same operator's model of another candidate rule
+                other_model = train(data, replace(config, candidates=args.other_candidates))
+                other_files = bundle_files(other_model)
+                other_files[C_FILE] = sources[OTHER] = c_files(other_files)[C_FILE]
+                other = Selector(other_files, "c")
+                given[OTHER] = [other.allowed(p) for p in shapes]
             numbers = [p.number_values() for p in shapes]
             timed, picks = time_exports(sources, prefix, numbers, given, folder / op,
                                         args.rounds_of_timing)
@@ -168,6 +195,8 @@ def main() -> None:
             every._costs_of_c = None
             pythons = {"python_selector": selector.select,
                        "python_selector_every_candidate": every.select}
+            if other is not None:
+                pythons["python_selector_other_candidates"] = other.select
             if old is not None:
                 pythons["python_selector_baseline"] = Selector(
                     {**files, C_FILE: sources[baseline]}, "c").select
@@ -185,12 +214,18 @@ def main() -> None:
                                zip(picks[CURRENT], selector.select_many(shapes)))
             entry = {"candidates": len(model.catalogue), "trees": model.metrics["trees"],
                      "kind": model.kind, "config": model.config, "c_export": timed, **medians,
+                     "anatomy": anatomy(files[C_FILE], masks),
                      "same_choice": agree.get(baseline),
                      "python_same_choice": f"{python_agree}/{len(shapes)}",
                      "python_every_candidate_same_choice": sum(
                          every.select(p) == selector.select(p) for p in shapes)}
             if args.pruned:
                 entry["same_choice_pruned"] = agree[PRUNED]
+            if other is not None:
+                entry["other_candidates"] = {
+                    "rule": args.other_candidates, "candidates": len(other.catalogue),
+                    "trees": other_model.metrics["trees"], "kind": other_model.kind,
+                    "anatomy": anatomy(sources[OTHER], given[OTHER])}
             figures["operators"][op] = entry
             line = " | ".join(f"{n} p50 {t['p50_us']:.1f} us p99 {t['p99_us']:.1f} us"
                               for n, t in timed.items())
@@ -200,11 +235,13 @@ def main() -> None:
                   f"costed {medians['python_selector_every_candidate']['p50_us']:.1f} us"
                   + (f" (baseline export {before['p50_us']:.1f} us)" if before else "")
                   + "".join(f" | same choice {n}: {a}" for n, a in agree.items())
-                  + f" | Python as C: {entry['python_same_choice']}", flush=True)
+                  + f" | Python as C: {entry['python_same_choice']} | {entry['anatomy']}"
+                  + (f" | other rule: {entry['other_candidates']}, Python p50 "
+                     f"{medians['python_selector_other_candidates']['p50_us']:.1f} us"
+                     if other is not None else ""), flush=True)
         store.engine.dispose()
-    device = {"cpu": cpu_name(), "cores": os.cpu_count(),
-              "note": "one shape per call on one core; no GPU involved"}
-    print(f"wrote {write_result(args.name, device, figures, args.out)}")
+    write_cpu_result(args.name, "one shape per call on one core; no GPU involved", figures,
+                     args.out)
 
 
 if __name__ == "__main__":

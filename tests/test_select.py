@@ -479,8 +479,35 @@ def test_kept_candidates_are_those_close_to_a_training_problems_fastest():
                           "status": ["ok", "ok", "ok", "ok", "ok", "failed"],
                           "applicable": [True, True, True, True, True, True],
                           "median_us": [10.0, 10.2, 20.0, 10.0, 9.0, 1.0]})
-    assert list(kept_candidates(frame, 0.97, 5)) == [0, 1]  # 2 is far, 3 failed, 4 unmeasured
-    assert list(kept_candidates(frame, 0.0, 5)) == [0, 1, 2, 3, 4]
+    assert list(kept_candidates(frame, 0.97, 5, "union")) == [0, 1]  # 2 is far, 3 failed, 4
+    # unmeasured
+    assert list(kept_candidates(frame, 0.0, 5, "cover")) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="cover, union"):
+        kept_candidates(frame, 0.97, 5, "fastest")
+
+
+def test_the_cover_keeps_fewer_candidates_and_gives_each_problem_its_close_ones():
+    import pandas as pd
+
+    from farm.select.train import cover_candidates, kept_candidates
+
+    # problem: the candidates within 3% of its fastest
+    close = {0: [0, 1, 2], 1: [0, 3], 2: [1, 4], 3: [0, 1], 4: [5]}
+    rows = [(p, c, 10.0 + 0.1 * (c % 2)) for p, cs in close.items() for c in cs]
+    rows += [(p, c, 20.0) for p in close for c in range(6) if c not in close[p]]  # far
+    frame = pd.DataFrame(rows, columns=["problem", "candidate", "median_us"]).assign(
+        status="ok", applicable=True)
+    assert list(kept_candidates(frame, 0.97, 6, "union")) == [0, 1, 2, 3, 4, 5]
+    # one each: 0 (problems 0, 1, 3; ahead of 1, as close on as many, by its times); then 4
+    # (problem 2, ahead of 1 by its time there) and 5, the only one close on problem 4
+    assert list(cover_candidates(frame, 0.97, 1)) == [0, 4, 5]
+    two = cover_candidates(frame, 0.97, 2)
+    assert list(two) == [0, 1, 3, 4, 5]  # 2 is not needed: problem 0 has 0 and 1
+    for p, cs in close.items():
+        assert len(set(cs) & set(two)) == min(2, len(cs))
+    assert list(kept_candidates(frame, 0.97, 6, "cover", 2)) == list(two)
+    failed = frame.assign(status=np.where(frame["candidate"].eq(5), "wrong_result", "ok"))
+    assert 5 not in cover_candidates(failed, 0.97, 2)  # problem 4 has no close ok one now
 
 
 def test_a_pruned_model_chooses_among_the_kept_and_is_scored_against_all(fwd):
@@ -489,7 +516,13 @@ def test_a_pruned_model_chooses_among_the_kept_and_is_scored_against_all(fwd):
     from farm.select.train import TrainConfig, kept_candidates, training_support
 
     model = train(fwd.data, TrainConfig(keep_within=0.97))
-    kept = kept_candidates(usable(fwd.data.part("train")), 0.97, len(fwd.data.catalogue))
+    config = TrainConfig().for_operator("conv2d_fwd")
+    assert (config.candidates, config.covers) == ("cover", 4)
+    kept = kept_candidates(usable(fwd.data.part("train")), 0.97, len(fwd.data.catalogue),
+                           config.candidates, config.covers)
+    union = kept_candidates(usable(fwd.data.part("train")), 0.97, len(fwd.data.catalogue),
+                            "union")
+    assert set(kept) <= set(union)
     assert 0 < len(model.catalogue) == len(kept) == model.metrics["candidates_kept"] < len(
         fwd.data.catalogue)
     assert [e.name for e in model.catalogue] == [fwd.data.catalogue[i].name for i in kept]
@@ -504,6 +537,18 @@ def test_a_pruned_model_chooses_among_the_kept_and_is_scored_against_all(fwd):
     pruned_oracle = efficiency(held[in_kept], cost[in_kept], safe[in_kept], 2)
     assert scored.mean <= pruned_oracle.mean  # never scored against the kept ones alone
     assert dc.asdict(TrainConfig())["keep_within"] is None
+
+
+def test_the_trees_learn_from_every_close_candidate_unless_told_not_to(fwd):
+    from farm.select.train import TrainConfig
+
+    one = TrainConfig(keep_within=0.97, kinds=("regressor",), candidates="cover", covers=1)
+    union = train(fwd.data, dataclasses.replace(one, candidates="union"))
+    cover = train(fwd.data, one)
+    alone = train(fwd.data, dataclasses.replace(one, learn_close=False))
+    assert len(cover.catalogue) == len(alone.catalogue) < len(union.catalogue)
+    assert cover.model_text == union.model_text  # the same rows, the same trees
+    assert alone.metrics["training_rows"] < cover.metrics["training_rows"]
 
 
 def test_leave_networks_out_on_a_dataset_with_gaps_in_its_problem_ids(fwd):
@@ -630,17 +675,18 @@ def test_worst_choices_name_the_fastest_pair_even_one_the_model_does_not_know(fw
 
 
 def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, monkeypatch):
-    """farm train: rounds, learning rate and the hybrid's first stage left unset come from the
-    operator's OperatorSpec.training, else farm.select.train.BOOSTING; an option given wins."""
+    """farm train: rounds, learning rate, the hybrid's first stage and the candidate settings
+    left unset come from the operator's OperatorSpec.training, else farm.select.train.BOOSTING
+    and CANDIDATES; an option given wins."""
     from farm.select.export import read_bundle
-    from farm.select.train import BOOSTING, TrainConfig
+    from farm.select.train import BOOSTING, CANDIDATES, TrainConfig
     from kernels.registry import operator_spec
 
     spec = operator_spec("conv2d_fwd")
     assert TrainConfig().for_operator("conv2d_bwd_data") == TrainConfig(
         rounds=BOOSTING["rounds"], learning_rate=BOOSTING["learning_rate"], hybrid_rounds=40,
-        num_leaves=BOOSTING["num_leaves"])
-    monkeypatch.setattr(spec, "training", {"rounds": 7, "learning_rate": 0.5})
+        num_leaves=BOOSTING["num_leaves"], **CANDIDATES)
+    monkeypatch.setattr(spec, "training", {"rounds": 7, "learning_rate": 0.5, "covers": 3})
     assert TrainConfig(rounds=9).for_operator("conv2d_fwd").rounds == 9
     url = f"sqlite:///{tmp_path / 'own.db'}"
     store = open_store(url)
@@ -657,4 +703,5 @@ def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, 
         config = json.loads(read_bundle(out)["metrics.json"])["train_config"]
         assert (config["rounds"], config["learning_rate"], config["hybrid_rounds"],
                 config["num_leaves"]) == (rounds, 0.5, hybrid, 31)
+        assert (config["candidates"], config["covers"]) == ("cover", 3)
         assert json.loads(read_bundle(out)["metrics.json"])["metrics"]["trees"] <= rounds

@@ -50,6 +50,13 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
           keep_within: Annotated[Optional[float], typer.Option(
               help="Keep the candidates within this fraction of the fastest on some training "
                    "problem (0.97: 3%; 0: all; default: the operator's)")] = None,
+          candidates: Annotated[Optional[str], typer.Option(
+              help="Which of those are kept: 'cover' (a greedy cover giving each training "
+                   "problem --covers of them) or 'union' (every one) (default: the "
+                   "operator's)")] = None,
+          covers: Annotated[Optional[int], typer.Option(
+              help="The cover's close candidates per training problem (default: the "
+                   "operator's)")] = None,
           include_replay: Annotated[bool, typer.Option(help="Train on replayed rows too")] = False,
           resources: Annotated[bool, typer.Option(
               help="Registers/shared memory from the compile cache")] = True,
@@ -71,7 +78,7 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
     from farm.specs import load_spec
     from farm.select.data import SplitConfig, load_dataset
     from farm.select.registry import register
-    from farm.select.train import TrainConfig, summary
+    from farm.select.train import CANDIDATE_RULES, TrainConfig, summary
     from farm.select.train import train as fit
     from farm.store.queries import ModelQueries
 
@@ -85,7 +92,11 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
             raise LookupError("no measurements match; run a sweep first")
         split = SplitConfig(holdout_networks=tuple(holdout) or None)
         held_spec = load_spec(holdout_spec) if holdout_spec else None
-        config = TrainConfig(rounds=rounds, learning_rate=learning_rate, keep_within=keep_within)
+        if candidates not in (None, *CANDIDATE_RULES):
+            raise typer.BadParameter(f"one of {', '.join(CANDIDATE_RULES)}",
+                                     param_hint="--candidates")
+        config = TrainConfig(rounds=rounds, learning_rate=learning_rate, keep_within=keep_within,
+                             candidates=candidates, covers=covers)
         for o, a, d in targets:
             lookup = compile_cache_resources(a) if resources else no_resources
             data = load_dataset(store, o, a, d, split, lookup, include_replay)

@@ -34,6 +34,9 @@ KINDS = ("regressor", "ranker", "hybrid")
 BOOSTING = {"rounds": 100, "learning_rate": 0.2, "num_leaves": 31}  # where neither the config
 # nor the operator sets them
 HYBRID_SHARE = 0.4  # the hybrid's first stage: at most this share of the rounds
+CANDIDATE_RULES = ("cover", "union")  # kept_candidates
+CANDIDATES = {"candidates": "cover", "covers": 4}  # where neither the config nor the operator's
+# training settings set them
 GRADES = 30  # ranker relevance: 30 for the fastest, one less per 4% slower, 0 at the floor
 
 
@@ -62,14 +65,21 @@ class TrainConfig:
     kinds: tuple[str, ...] = KINDS
     threads: int = 1  # OpenMP threads; more only pays on an otherwise idle machine
     seed: int = 0
-    keep_within: float | None = None  # candidates kept: those within this fraction of the
-    # fastest on some training problem (0.97: 3%); 0 keeps all; None: the operator's default
+    keep_within: float | None = None  # candidates kept: close means within this fraction of
+    # a training problem's fastest (0.97: 3%); 0 keeps all; None: the operator's default
+    # Which close ones are kept (kept_candidates; None: the operator's training settings, then
+    # CANDIDATES): "cover", a greedy cover giving each training problem `covers` close
+    # candidates (fewer if it has fewer); "union", every candidate close on some training problem
+    candidates: str | None = None
+    covers: int | None = None
+    learn_close: bool = True  # the trees learn from every close candidate's pairs (the union's),
+    # whichever the rule keeps to choose among
     guard_depth: int = 2  # the model's best this many: a safe one first (farm.select.guard)
 
     def for_operator(self, operator: str) -> TrainConfig:
-        """This config with the boosting settings it leaves None set to the operator's
-        (OperatorSpec.training), else to BOOSTING."""
-        own = {**BOOSTING, **operator_spec(operator).training}
+        """This config with the boosting and candidate settings it leaves None set to the
+        operator's (OperatorSpec.training), else to BOOSTING and CANDIDATES."""
+        own = {**BOOSTING, **CANDIDATES, **operator_spec(operator).training}
         given = replace(self, **{k: v for k, v in own.items() if getattr(self, k) is None})
         if given.hybrid_rounds is None:
             given = replace(given, hybrid_rounds=max(round(HYBRID_SHARE * given.rounds), 1))
@@ -150,14 +160,55 @@ def pruned_cost(kind: str, raw: np.ndarray, frame: pd.DataFrame, kept: np.ndarra
     return np.where(frame["candidate"].isin(kept).to_numpy(), cost_of(kind, raw), np.inf)
 
 
-def kept_candidates(frame: pd.DataFrame, within: float, count: int) -> np.ndarray:
-    """Catalogue indices (of `count`) of the candidates whose ok time is within `within` of
-    the fastest of at least one problem of `frame`, sorted; all of them where within is 0."""
+def _close_pairs(frame: pd.DataFrame, within: float) -> pd.DataFrame:
+    """The applicable ok pairs within `within` of their problem's fastest, with `eff` (the
+    fastest time over the pair's)."""
+    ok = frame[frame["status"].eq("ok") & frame["applicable"]]
+    eff = ok.groupby("problem")["median_us"].transform("min") / ok["median_us"]
+    return ok.assign(eff=eff)[eff >= within]
+
+
+def kept_candidates(frame: pd.DataFrame, within: float, count: int, rule: str = "union",
+                    covers: int = CANDIDATES["covers"]) -> np.ndarray:
+    """Catalogue indices (of `count`) of the candidates a model keeps, sorted; all of them
+    where within is 0. `union`: every candidate whose ok time is within `within` of the
+    fastest of at least one problem of `frame`; `cover`: cover_candidates of those."""
     if within <= 0:
         return np.arange(count)
-    ok = frame[frame["status"].eq("ok") & frame["applicable"]]
-    best = ok.groupby("problem")["median_us"].transform("min")
-    return np.unique(ok.loc[best / ok["median_us"] >= within, "candidate"].to_numpy())
+    if rule == "cover":
+        return cover_candidates(frame, within, covers)
+    if rule != "union":
+        raise ValueError(f"candidate rule must be one of {', '.join(CANDIDATE_RULES)}")
+    return np.unique(_close_pairs(frame, within)["candidate"].to_numpy())
+
+
+def cover_candidates(frame: pd.DataFrame, within: float,
+                     covers: int = CANDIDATES["covers"]) -> np.ndarray:
+    """A greedy set cover of the problems of `frame`: repeatedly keep the candidate within
+    `within` of the fastest on the most problems that still need one, each weighted by how
+    many it still needs (ties: the larger sum of its efficiencies on them, then the lower
+    index), until each problem has `covers` kept candidates that close, or as many as it has.
+    Sorted catalogue indices."""
+    close = _close_pairs(frame, within)
+    if close.empty:
+        return np.array([], dtype=np.int64)
+    problems, p_index = np.unique(close["problem"].to_numpy(), return_inverse=True)
+    candidates, c_index = np.unique(close["candidate"].to_numpy(), return_inverse=True)
+    eff = np.zeros((len(problems), len(candidates)))
+    eff[p_index, c_index] = close["eff"].to_numpy(np.float64)
+    near = eff > 0
+    need = np.minimum(near.sum(axis=1), covers).astype(np.float64)
+    kept: list[int] = []
+    while need.any():
+        gain = need @ near
+        score = gain * (len(problems) + 1) + (eff * (need > 0)[:, None]).sum(axis=0)
+        best = int(np.argmax(score))
+        if gain[best] <= 0:
+            break
+        kept.append(best)
+        need = np.where(near[:, best], np.maximum(need - 1, 0), need)
+        near[:, best] = False
+    return np.sort(candidates[kept])
 
 
 def usable(frame: pd.DataFrame, applicable_only: bool = True) -> pd.DataFrame:
@@ -207,9 +258,10 @@ def training_support(data: Dataset) -> TrainingSupport:
 def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
     """Fit each kind, keep the better by validation efficiency, score it on the holdout.
 
-    Only the candidates that come within `keep_within` of the fastest on some training problem
-    are learnt and exported; the others get an infinite cost in the figures, which are still
-    measured against the fastest of all candidates."""
+    Only the candidates kept (kept_candidates: `keep_within`, `candidates`, `covers`) are
+    exported; the trees learn from them, and from the other close ones with `learn_close`.
+    The others get an infinite cost in the figures, which are still measured against the
+    fastest of all candidates."""
     start = time.perf_counter()
     config = config.for_operator(data.operator)
     spec = FeatureSpec.build(data.operator, data.dtype, data.device)
@@ -218,11 +270,14 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
         if parts[name]["problem"].nunique() < 2:
             raise ValueError(f"too few {name} problems with an ok time to train "
                              f"{data.operator} {data.dtype} on {data.arch}")
-    kept = kept_candidates(parts["train"], config.kept_fraction(data.operator),
-                           len(data.catalogue))
+    within = config.kept_fraction(data.operator)
+    kept = kept_candidates(parts["train"], within, len(data.catalogue), config.candidates,
+                           config.covers)
+    learnt = kept_candidates(parts["train"], within, len(data.catalogue), "union") \
+        if config.learn_close else kept
     x = {s: pair_features(spec, data.catalogue, p) for s, p in parts.items()}
     fit = {s: usable(data.part(s), not config.learn_inapplicable) for s in ("train", "validation")}
-    fit = {s: f[f["candidate"].isin(kept)] for s, f in fit.items()}
+    fit = {s: f[f["candidate"].isin(learnt)] for s, f in fit.items()}
     xf = {s: pair_features(spec, data.catalogue, p) for s, p in fit.items()}
     support = training_support(data)
     safe = {s: support.safe(p) for s, p in parts.items()}
