@@ -14,6 +14,7 @@ import dataclasses
 import math
 from typing import Any
 
+from kernels.conv.igemm import _cdiv
 from kernels.conv.operator import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma_split import taps
@@ -60,10 +61,6 @@ def generate_configs() -> list[dict[str, Any]]:
                 if th == tw:
                     out.append({**config, "stages": 1})
     return out
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class GroupedMmaConv(KernelFamily):
@@ -131,13 +128,19 @@ class GroupedMmaConv(KernelFamily):
         return max(1, min(SM_SHARED // (self.shared_bytes(instance, p) + 1024), 2048 // t,
                           SM_REGISTERS // (t * regs)))
 
+    @staticmethod
+    def tiles(instance: Instance, p: ConvProblem) -> int:
+        """Output tiles of a grid z slice: of y, of dy in backward-weight, of the largest
+        stride residue class of dx in backward-data."""
+        c = instance.settings
+        out_h, out_w = ((_cdiv(p.H, p.stride_h), _cdiv(p.W, p.stride_w))
+                        if p.op == "conv2d_bwd_data" else (p.P, p.Q))
+        return p.N * _cdiv(out_h, c["tile_h"]) * _cdiv(out_w, c["tile_w"])
+
     def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
         """Persistent blocks, every one the same number of tiles: the resident blocks over the
         slabs and residue classes, then as few as give each that many tiles."""
-        c = instance.settings
-        out_h, out_w = (p.P, p.Q) if p.op == "conv2d_fwd" else (
-            _cdiv(p.H, p.stride_h), _cdiv(p.W, p.stride_w))
-        tiles = p.N * _cdiv(out_h, c["tile_h"]) * _cdiv(out_w, c["tile_w"])
+        tiles = self.tiles(instance, p)
         slabs = _cdiv(p.C, self.slab(instance))
         z = 1 if p.op == "conv2d_fwd" else p.stride_h * p.stride_w
         resident = SM_COUNT * self.blocks_per_sm(instance, p)
@@ -231,7 +234,7 @@ class GroupedMmaBwdWeight(GroupedMmaConv):
         """(splits, tiles a split): the resident blocks over the slabs and tap slices, each
         split at least split_tiles tiles, the workspace at most WORKSPACE_CAP."""
         c = instance.settings
-        tiles = p.N * _cdiv(p.P, c["tile_h"]) * _cdiv(p.Q, c["tile_w"])
+        tiles = self.tiles(instance, p)
         others = _cdiv(p.C, self.slab(instance)) * _cdiv(p.R * p.S, c["taps"])
         want = _cdiv(SM_COUNT * min(RESIDENT_CAP, self.blocks_per_sm(instance, p)), others)
         cap = max(1, WORKSPACE_CAP // (4 * p.tensor_elements()["weight"]))
