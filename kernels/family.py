@@ -63,13 +63,14 @@ class Launch:
 class TensorMap:
     """A Hopper tensor map (TMA descriptor) over a named buffer, built on the host when the
     launch is prepared and passed by value: `dims` innermost first, in 16-bit elements;
-    `strides` in bytes, of dims[1:]; `box` the elements one copy moves; 128-byte swizzle;
-    zeros where the box leaves the tensor."""
+    `strides` in bytes, of dims[1:]; `box` the elements one copy moves; `swizzle` 128 (the
+    128-byte swizzle) or 0 (none); zeros where the box leaves the tensor."""
 
     buffer: str
     dims: tuple[int, ...]
     strides: tuple[int, ...]
     box: tuple[int, ...]
+    swizzle: int = 128
 
 
 class KernelFamily(abc.ABC):
@@ -119,6 +120,15 @@ class KernelFamily(abc.ABC):
 
     def applicable(self, instance: Instance, problem: Any) -> str | None:
         """Why `instance` cannot serve `problem`, or None when it can."""
+        return None
+
+    @staticmethod
+    def other_problem(instance: Instance, problem: Any) -> str | None:
+        """Why `problem` is not of `instance`'s operator and element type, or None."""
+        if problem.op != instance.operator:
+            return f"instance is for {instance.operator}, problem is {problem.op}"
+        if problem.dtype != instance.dtype:
+            return f"instance is for {instance.dtype}, problem is {problem.dtype}"
         return None
 
     def compiled_case(self, problem: Any) -> dict[str, Any]:

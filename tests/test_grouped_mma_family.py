@@ -10,6 +10,7 @@ from kernels.conv.grouped_mma import (FAMILY, MAX_THREADS, SMEM_OPT_IN, WEIGHT_F
                                       WORKSPACE_CAP, generate_configs, threads)
 from kernels.conv.problem import ConvProblem
 from kernels.family import SM_COUNT
+from tests.nvrtc_check import compile_failures
 
 
 def problem(op="conv2d_fwd", **shape):
@@ -138,27 +139,16 @@ def test_backward_weight_splits_cover_the_tiles_within_the_workspace():
 def test_code_objects_compile_for_sm_90a_without_spills():
     """One code object per packing and warp layout, both directions; the GPU test compiles
     and verifies every one."""
-    cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)
-    compiler = cuda.NvrtcCompiler()
     picked = {}
     for op in ("conv2d_fwd", "conv2d_bwd_data"):
         for inst in FAMILY.instances(op, "bf16"):
             c = inst.settings
             picked.setdefault((op, c["width"], c["sg"], c["warps_m"], c["stages"],
                                c["tile_h"] * c["tile_w"]), inst)
+    weights = {}
     for inst in WEIGHT_FAMILY.instances("conv2d_bwd_weight", "bf16"):
         c = inst.settings
-        picked.setdefault(("bwd_weight", c["width"], c["taps"], c["sg"],
-                           c["tile_h"] * c["tile_w"]), inst)
-    failures = []
-    for inst in picked.values():
-        family = WEIGHT_FAMILY if inst.operator == "conv2d_bwd_weight" else FAMILY
-        r = compiler.compile(family.source(), defines=family.defines(inst), target="sm_90a",
-                             timeout_s=300)
-        if not r.ok:
-            failures.append(f"{inst.name}: {r.log[-1500:]}")
-            continue
-        res = r.resources["kernels"][inst.operator]
-        if res.get("spill_bytes", 0) or res.get("local_bytes", 0):
-            failures.append(f"{inst.name}: spills {res}")
+        weights.setdefault((c["width"], c["taps"], c["sg"], c["tile_h"] * c["tile_w"]), inst)
+    failures = (compile_failures(FAMILY, picked.values(), lambda inst: inst.operator)
+                + compile_failures(WEIGHT_FAMILY, weights.values(), lambda inst: inst.operator))
     assert not failures, "\n".join(failures[:20])

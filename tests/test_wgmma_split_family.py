@@ -12,6 +12,7 @@ import pytest
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma import SM_COUNT, blocks_per_sm, generate_configs, shared_bytes, threads
 from kernels.conv.wgmma_split import (FAMILY, MIN_SLICE_K_TILES, reduction_k_tiles, taps)
+from tests.nvrtc_check import compile_failures
 
 
 def problem(op, **shape):
@@ -107,23 +108,13 @@ def test_the_toy_cost_model_prices_every_instance():
 def test_code_objects_compile_for_sm_90a_without_spills():
     """One code object per tile, warpgroup shape and TMA mode of each direction (the deepest
     pipeline); the GPU test compiles and verifies every one."""
-    cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)
-    compiler = cuda.NvrtcCompiler()
     picked = {}
     for op in ("conv2d_fwd", "conv2d_bwd_data"):
         for inst in FAMILY.instances(op, "bf16"):
             c = inst.settings
             picked.setdefault((op, c["block_m"], c["block_n"], c["wg_m"], c["producers"],
                                c["tma"] == 0), inst)
-    failures = []
-    for inst in picked.values():
-        r = compiler.compile(FAMILY.source(), defines=FAMILY.defines(inst), target="sm_90a",
-                             timeout_s=300)
-        if not r.ok:
-            failures.append(f"{inst.name}: {r.log[-1500:]}")
-            continue
-        entry = "wgmma_fwd_split" if inst.operator == "conv2d_fwd" else "wgmma_bwd_data_split"
-        res = r.resources["kernels"][entry]
-        if res.get("spill_bytes", 0) or res.get("local_bytes", 0):
-            failures.append(f"{inst.name}: spills {res}")
+    failures = compile_failures(
+        FAMILY, picked.values(),
+        lambda inst: "wgmma_fwd_split" if inst.operator == "conv2d_fwd" else "wgmma_bwd_data_split")
     assert not failures, "\n".join(failures[:20])

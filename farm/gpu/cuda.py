@@ -280,15 +280,19 @@ class CudaDevice(Device):
         return _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
 
     def tensor_map(self, pointer: int, spec: Any) -> bytes:
-        """cuTensorMapEncodeTiled: 16-bit elements, 128-byte swizzle, zeros out of bounds."""
+        """cuTensorMapEncodeTiled: 16-bit elements, the spec's swizzle (128 bytes or none),
+        zeros out of bounds."""
         rank, u64, u32 = len(spec.dims), driver.cuuint64_t, driver.cuuint32_t
+        swizzles = driver.CUtensorMapSwizzle
+        mode = (swizzles.CU_TENSOR_MAP_SWIZZLE_128B if spec.swizzle
+                else swizzles.CU_TENSOR_MAP_SWIZZLE_NONE)
         try:
             result = driver.cuTensorMapEncodeTiled(
                 driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, pointer,
                 [u64(d) for d in spec.dims], [u64(s) for s in spec.strides],
                 [u32(b) for b in spec.box], [u32(1)] * rank,
                 driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-                driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                mode,
                 driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
         except (TypeError, ValueError, OverflowError) as exc:  # a field out of its type's range

@@ -55,6 +55,15 @@ def _grouped_mma_us(p: ConvProblem, c: dict) -> float:
     return max(compute, memory) * 1e6 + 5.0 + (1.0 if c["stages"] == 1 else 0.0)
 
 
+def _dw_tma_us(p: ConvProblem, c: dict) -> float:
+    out_h, out_w = (p.H, p.W) if p.op == "conv2d_bwd_data" else (p.P, p.Q)
+    th, tw = c["tile_h"], c["tile_w"]
+    useful = out_h * out_w / (-(-out_h // th) * th * -(-out_w // tw) * tw)
+    useful *= p.C / (-(-p.C // c["ch"]) * c["ch"])  # the last channel block's idle threads
+    memory = p.min_bytes * (1.0 + 0.3 * (c["stride"] - 1)) / (BANDWIDTH * 0.6 * useful)
+    return memory * 1e6 + 3.0 + (0.5 if c["stages"] == 2 else 0.0)
+
+
 def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
     """The toy cost model's latency, before noise."""
     c = instance.settings
@@ -71,6 +80,8 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
         base = _direct_us(problem, c)
     elif instance.family in ("conv_grouped_mma", "conv_grouped_mma_bwd_weight"):
         base = _grouped_mma_us(problem, c)
+    elif instance.family == "conv_dw_tma":
+        base = _dw_tma_us(problem, c)
     else:
         base = problem.flops / 1.5e12 * 1e6 + problem.min_bytes / 900e9 * 1e6 + 4.0
     return base

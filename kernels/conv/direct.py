@@ -124,10 +124,9 @@ class DirectConv(KernelFamily):
     # Applicability -----------------------------------------------------------------------------
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
         cfg, op = instance.settings, instance.operator
-        if problem.op != op:
-            return f"instance is for {op}, problem is {problem.op}"
-        if problem.dtype != instance.dtype:
-            return f"instance is for {instance.dtype}, problem is {problem.dtype}"
+        other = self.other_problem(instance, problem)
+        if other:
+            return other
         cg, kg = problem.c_per_group, problem.k_per_group
         vec, kpt, fr = cfg["vec"], cfg["kpt"], cfg["fr"]
         if not cfg["grouped"]:

@@ -150,10 +150,9 @@ class GroupedMmaConv(KernelFamily):
     # Applicability --------------------------------------------------------------------------
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
         p, c = problem, instance.settings
-        if p.op != instance.operator:
-            return f"instance is for {instance.operator}, problem is {p.op}"
-        if p.dtype != instance.dtype:
-            return f"instance is for {instance.dtype}, problem is {p.dtype}"
+        other = self.other_problem(instance, p)
+        if other:
+            return other
         cg, kg, width = p.c_per_group, p.k_per_group, c["width"]
         if cg != kg:
             return f"C/G={cg} and K/G={kg} differ: super-groups need square group filters"

@@ -134,6 +134,9 @@ class ConvOperator(OperatorSpec):
             cfg = {**cfg, "block": threads_of(dict(cfg)),
                    "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["sg"] * cfg["width"],
                    "block_k": cfg["width"]}
+        if "ch" in cfg:  # conv_dw_tma: 8 channels of one output column a thread
+            cfg = {**cfg, "block": cfg["ch"] // 8 * cfg["tile_w"],
+                   "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["ch"]}
         threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_n" in cfg
                           else 128 * (cfg["block_m"] // 64 + cfg["producers"])
                           if "producers" in cfg else nan)
@@ -141,7 +144,7 @@ class ConvOperator(OperatorSpec):
                "tile_n": cfg.get("block_n", nan), "tile_k": cfg.get("block_k", nan),
                "tile_w": cfg.get("tile_w", nan), "split": cfg.get("split_k", 1),
                "vec": cfg.get("vec", nan), "filter": cfg.get("fr", nan)}
-        if {"stages", "block_m", "block_n"} <= set(cfg) and "width" not in cfg:
+        if {"stages", "block_m", "block_n"} <= set(cfg) and not {"width", "ch"} & set(cfg):
             out["static_shared_bytes"] = shared_bytes(dict(cfg))  # the pipeline's tiles
         return out
 

@@ -1,0 +1,142 @@
+"""conv_dw_tma: depthwise convolution (C/G == K/G == 1) forward and unit-stride backward-data on
+Hopper's tensor memory accelerator (conv/dw_tma.cu, sm_90a only): persistent blocks take
+(block of `ch` channels, output tile) items, each item's haloed input tile arriving in shared
+memory by one bulk tensor copy (zeros outside the input: the padding) `stages` - 1 items ahead;
+a thread owns 8 channels of one output column and walks the tile's input rows once, writing
+each output row as soon as its last input row is in. 3x3 filters (`fr`, the taps in
+registers), compiled per stride (both directions; backward-data stride 1 only); `ch` 16 or 32
+for narrow layers, where 64 would leave most of a block idle. bf16 and fp16, C a multiple of 8
+(the tensor map's row pitch). `occ` > 1 holds the registers to 128 a thread, so that many
+blocks share a multiprocessor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernels.conv.igemm import _cdiv
+from kernels.conv.operator import conv_params
+from kernels.conv.problem import ConvProblem
+from kernels.family import SM_COUNT, Instance, KernelFamily, Launch, TensorMap
+from kernels.registry import register
+
+OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
+OP_CODES = {"conv2d_fwd": 0, "conv2d_bwd_data": 1}
+TILES = {64: ((8, 32), (4, 32), (8, 16), (16, 16), (8, 8), (16, 8)),
+         32: ((8, 64), (4, 64), (8, 32), (16, 32), (8, 16)),
+         16: ((8, 64), (4, 64), (16, 32))}
+FILTERS = (3,)
+STRIDES = {"conv2d_fwd": (1, 2), "conv2d_bwd_data": (1,)}
+SMEM_OPT_IN = 227 * 1024
+SM_SHARED = 228 * 1024
+SM_REGISTERS = 65536
+REGISTERS = 168  # a thread's registers where the launch bounds leave them free (ptxas: 90 to 168)
+
+
+def threads(config: dict[str, Any]) -> int:
+    return config["ch"] // 8 * config["tile_w"]
+
+
+def box(config: dict[str, Any]) -> tuple[int, int]:
+    """(rows, columns) of the input under an output tile, with its halo."""
+    c, f, s = config, config["fr"], config["stride"]
+    return (c["tile_h"] - 1) * s + f, (c["tile_w"] - 1) * s + f
+
+
+def shared_bytes(config: dict[str, Any]) -> int:
+    rows, cols = box(config)
+    stage = _cdiv(rows * cols * 2 * config["ch"], 1024) * 1024
+    return 1024 + config["stages"] * stage + 64
+
+
+def generate_configs(op: str) -> list[dict[str, Any]]:
+    """Every channel block, tile, filter and stride with 2, 3 and 4 stages where they fit;
+    occ 1, and the occ that holds the registers to 128 a thread where its blocks fit."""
+    out = []
+    for fr in FILTERS:
+        for stride in STRIDES[op]:
+            for ch, tiles in TILES.items():
+                for th, tw in tiles:
+                    base = {"ch": ch, "tile_h": th, "tile_w": tw, "fr": fr, "stride": stride}
+                    tight = SM_REGISTERS // (threads(base) * 128)
+                    for stages in (2, 3, 4):
+                        for occ in sorted({1, tight}):
+                            config = {**base, "stages": stages, "occ": occ}
+                            if occ * (shared_bytes(config) + 1024) <= SM_SHARED:
+                                out.append(config)
+    return out
+
+
+def blocks_per_sm(config: dict[str, Any]) -> int:
+    t = threads(config)
+    by_regs = config["occ"] if config["occ"] > 1 else SM_REGISTERS // (t * REGISTERS)
+    return max(1, min(SM_SHARED // (shared_bytes(config) + 1024), 2048 // t, by_regs))
+
+
+class DepthwiseTmaConv(KernelFamily):
+    name = "conv_dw_tma"
+    short = "dw_tma"
+    operators = OPERATORS
+    source_file = "conv/dw_tma.cu"
+    targets = ("sm_90a",)
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return generate_configs(operator) if operator in OPERATORS else []
+
+    def instances(self, operator: str, dtype: str) -> list[Instance]:
+        return [] if dtype == "fp32" else super().instances(operator, dtype)
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        return {**super().defines(instance), "DW_OP": OP_CODES[instance.operator]}
+
+    def compiled_case(self, problem: ConvProblem) -> dict[str, Any]:
+        return {"fr": problem.R, "stride": problem.stride_h}
+
+    def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
+        p, c = problem, instance.settings
+        other = self.other_problem(instance, p)
+        if other:
+            return other
+        if p.c_per_group != 1 or p.k_per_group != 1:
+            return f"depthwise only (C/G == K/G == 1), problem has C/G={p.c_per_group} " \
+                   f"K/G={p.k_per_group}"
+        if p.C % 8:
+            return f"C={p.C} is not a multiple of 8 (the tensor map's 16-byte row pitch)"
+        if (p.R, p.S) != (c["fr"], c["fr"]):
+            return f"compiled for {c['fr']}x{c['fr']} filters, problem has {p.R}x{p.S}"
+        if (p.stride_h, p.stride_w) != (c["stride"], c["stride"]):
+            return (f"compiled for stride {c['stride']}, problem has "
+                    f"{p.stride_h}x{p.stride_w}")
+        if (p.dil_h, p.dil_w) != (1, 1):
+            return f"dilation {p.dil_h}x{p.dil_w}: this family reads undilated windows"
+        if p.op == "conv2d_bwd_data" and max(p.pad_h, p.pad_w) > p.R - 1:
+            return f"padding {p.pad_h}x{p.pad_w} beyond R-1={p.R - 1} (backward-data)"
+        return None
+
+    @staticmethod
+    def items(instance: Instance, p: ConvProblem) -> int:
+        c = instance.settings
+        out_h, out_w = (p.P, p.Q) if p.op == "conv2d_fwd" else (p.H, p.W)
+        return (p.N * _cdiv(out_h, c["tile_h"]) * _cdiv(out_w, c["tile_w"])
+                * _cdiv(p.C, c["ch"]))
+
+    def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
+        return min(self.items(instance, p), SM_COUNT * blocks_per_sm(instance.settings)), 1, 1
+
+    @staticmethod
+    def tensor_map(instance: Instance, p: ConvProblem) -> TensorMap:
+        """The correlation's input (x, or dy in backward-data), boxed as one item's tile."""
+        c = instance.settings
+        rows, cols = box(c)
+        name, h, w = ("x", p.H, p.W) if p.op == "conv2d_fwd" else ("dy", p.P, p.Q)
+        return TensorMap(name, (p.C, w, h, p.N), (2 * p.C, 2 * p.C * w, 2 * p.C * w * h),
+                         (c["ch"], cols, rows, 1), swizzle=128 if c["ch"] == 64 else 0)
+
+    def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
+        names = ("x", "w", "y") if problem.op == "conv2d_fwd" else ("dy", "w", "dx")
+        return [Launch(problem.op, self.grid(instance, problem),
+                       (threads(instance.settings), 1, 1),
+                       (*names, conv_params(problem), self.tensor_map(instance, problem)),
+                       shared_bytes(instance.settings))]
+
+
+FAMILY = register(DepthwiseTmaConv())

@@ -1,0 +1,109 @@
+"""conv_dw_tma without a GPU: its configuration space, where it refuses, the tensor map of each
+launch, its persistent grid, and its code objects compiled for sm_90a with NVRTC. The GPU
+check is tests/test_dw_tma_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels.conv.dw_tma import (FAMILY, SM_SHARED, SMEM_OPT_IN, blocks_per_sm, box,
+                                 generate_configs, shared_bytes, threads)
+from kernels.conv.problem import ConvProblem
+from kernels.family import SM_COUNT
+from tests.nvrtc_check import compile_failures
+
+
+def problem(op="conv2d_fwd", **shape):
+    base = dict(N=2, C=96, K=96, G=96, H=14, W=14, R=3, S=3, pad_h=1, pad_w=1)
+    return ConvProblem(op=op, dtype="bf16", **{**base, **shape})
+
+
+def test_config_space():
+    for op in ("conv2d_fwd", "conv2d_bwd_data"):
+        configs = generate_configs(op)
+        assert len({tuple(sorted(c.items())) for c in configs}) == len(configs)
+        for c in configs:
+            assert shared_bytes(c) <= SMEM_OPT_IN
+            assert c["occ"] * (shared_bytes(c) + 1024) <= SM_SHARED
+            assert 64 <= threads(c) <= 512 and threads(c) % 32 == 0
+            assert max(box(c)) <= 256  # a tensor map's box dimension
+    assert {c["stride"] for c in generate_configs("conv2d_bwd_data")} == {1}
+    assert {c["stride"] for c in generate_configs("conv2d_fwd")} == {1, 2}
+    assert FAMILY.instances("conv2d_fwd", "fp32") == []
+    assert FAMILY.instances("conv2d_bwd_weight", "bf16") == []
+
+
+def test_targets():
+    assert FAMILY.unsupported_target("sm_90a") is None
+    for other in ("sm_80", "sm_90", "gfx942"):
+        assert "sm_90a" in FAMILY.unsupported_target(other)
+
+
+@pytest.mark.parametrize("shape, words", [
+    (dict(C=96, K=96, G=48), "depthwise only"),
+    (dict(C=44, K=44, G=44), "multiple of 8"),
+    (dict(R=5, S=5, pad_h=2, pad_w=2), "3x3 filters"),
+    (dict(dil_h=2, dil_w=2, pad_h=2, pad_w=2), "dilation"),
+])
+def test_refusals_name_the_problem(shape, words):
+    p = problem(**shape)
+    for inst in FAMILY.instances("conv2d_fwd", "bf16"):
+        if inst.settings["stride"] != 1:  # refused first for its stride
+            continue
+        reason = FAMILY.applicable(inst, p)
+        assert reason and words in reason, (inst.name, reason)
+
+
+def test_each_problem_meets_its_compiled_case():
+    """A stride-1 3x3 problem meets the stride-1 instances only; backward-data has no stride 2;
+    padding past R - 1 has no mirror in backward-data."""
+    s1, s2 = problem(), problem(stride_h=2, stride_w=2)
+    for inst in FAMILY.instances("conv2d_fwd", "bf16"):
+        served = FAMILY.applicable(inst, s1) is None
+        assert served == (inst.settings["stride"] == 1)
+        assert (FAMILY.applicable(inst, s2) is None) == (inst.settings["stride"] == 2)
+        assert FAMILY.compiled_case(s2) == {"fr": 3, "stride": 2}
+    back = problem("conv2d_bwd_data", stride_h=2, stride_w=2)
+    wide = problem("conv2d_bwd_data", pad_h=3, pad_w=3)
+    for inst in FAMILY.instances("conv2d_bwd_data", "bf16"):
+        assert FAMILY.applicable(inst, back) is not None
+        assert "padding" in FAMILY.applicable(inst, wide)
+        assert FAMILY.applicable(inst, problem("conv2d_bwd_data")) is None
+
+
+def test_tensor_map_boxes_one_item():
+    for op, name in (("conv2d_fwd", "x"), ("conv2d_bwd_data", "dy")):
+        p = problem(op, N=3, C=200, K=200, G=200, H=9, W=13)
+        for inst in FAMILY.instances(op, "bf16"):
+            c = inst.settings
+            tmap = FAMILY.tensor_map(inst, p)
+            h, w = (p.H, p.W) if op == "conv2d_fwd" else (p.P, p.Q)
+            assert tmap.buffer == name and tmap.dims == (p.C, w, h, p.N)
+            assert tmap.strides == (2 * p.C, 2 * p.C * w, 2 * p.C * w * h)
+            assert tmap.box == (c["ch"], box(c)[1], box(c)[0], 1)
+            assert tmap.swizzle == (128 if c["ch"] == 64 else 0)
+
+
+def test_grid_is_persistent_and_covers_the_items():
+    p = problem(N=32, C=576, K=576, G=576, H=56, W=56)
+    for inst in FAMILY.instances("conv2d_fwd", "bf16"):
+        items = FAMILY.items(inst, p)
+        grid = FAMILY.grid(inst, p)
+        assert grid[1:] == (1, 1)
+        assert grid[0] == min(items, SM_COUNT * blocks_per_sm(inst.settings))
+        c = inst.settings
+        assert items == 32 * -(-p.P // c["tile_h"]) * -(-p.Q // c["tile_w"]) * -(-576 // c["ch"])
+
+
+def test_code_objects_compile_for_sm_90a():
+    """One code object per channel block, tile, stride and register bound, both directions:
+    those with free registers spill nothing. The GPU test compiles and verifies every one."""
+    picked = {}
+    for op in ("conv2d_fwd", "conv2d_bwd_data"):
+        for inst in FAMILY.instances(op, "bf16"):
+            c = inst.settings
+            picked.setdefault((op, c["ch"], c["tile_h"] * c["tile_w"], c["stride"],
+                               c["occ"] > 1), inst)
+    failures = compile_failures(FAMILY, picked.values(), lambda inst: inst.operator,
+                                lambda inst: inst.settings["occ"] == 1)
+    assert not failures, "\n".join(failures[:20])

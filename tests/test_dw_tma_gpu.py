@@ -1,0 +1,43 @@
+"""conv_dw_tma on a GPU: every instance against the reference on edge shapes, forward and
+backward-data (skipped where there is no GPU; the family runs on sm_90a only)."""
+
+import pytest
+
+from farm.gpu import list_devices
+from kernels.conv.problem import ConvProblem
+from tests.gpu_verify import verify_on_edges
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not list_devices(), reason="no GPU on this machine")]
+
+# C not a multiple of 64 (a block's last channels past C) and of 16, odd and tiny maps, maps
+# no tile divides, stride 2 with odd sizes, padding 0 and 2, N = 1, more items than blocks.
+EDGES = [
+    dict(N=2, C=40, K=40, G=40, H=13, W=11, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=96, K=96, G=96, H=15, W=15, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+    dict(N=2, C=144, K=144, G=144, H=14, W=14, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=3, C=8, K=8, G=8, H=1, W=1, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=200, K=200, G=200, H=7, W=9, R=3, S=3, pad_h=0, pad_w=0),
+    dict(N=2, C=64, K=64, G=64, H=10, W=37, R=3, S=3, pad_h=2, pad_w=2),
+    dict(N=8, C=32, K=32, G=32, H=56, W=56, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=128, K=128, G=128, H=9, W=8, R=3, S=3, stride_h=2, stride_w=2, pad_h=0, pad_w=1),
+    dict(N=4, C=576, K=576, G=576, H=14, W=14, R=3, S=3, pad_h=1, pad_w=1),
+]
+
+
+def serves(family, problem):
+    return problem.op == "conv2d_fwd" or problem.stride_h == 1
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data"])
+def test_every_dw_tma_instance_is_right(worker, op, dtype):
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in EDGES]
+    failures = verify_on_edges(worker, op, dtype, ["conv_dw_tma"], problems, serves)
+    assert not failures, "\n".join(failures[:40])
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from farm.worker import GpuWorker
+    return GpuWorker()
