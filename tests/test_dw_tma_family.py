@@ -42,33 +42,36 @@ def test_targets():
 @pytest.mark.parametrize("shape, words", [
     (dict(C=96, K=96, G=48), "depthwise only"),
     (dict(C=44, K=44, G=44), "multiple of 8"),
-    (dict(R=5, S=5, pad_h=2, pad_w=2), "3x3 filters"),
+    (dict(R=9, S=9, pad_h=4, pad_w=4), "compiled for"),
+    (dict(R=3, S=5, pad_h=1, pad_w=2), "compiled for"),
     (dict(dil_h=2, dil_w=2, pad_h=2, pad_w=2), "dilation"),
 ])
 def test_refusals_name_the_problem(shape, words):
     p = problem(**shape)
     for inst in FAMILY.instances("conv2d_fwd", "bf16"):
-        if inst.settings["stride"] != 1:  # refused first for its stride
-            continue
+        if inst.settings["stride"] != 1 or "compiled" not in words and inst.settings["fr"] != 3:
+            continue  # refused first for its stride or filter size
         reason = FAMILY.applicable(inst, p)
         assert reason and words in reason, (inst.name, reason)
 
 
 def test_each_problem_meets_its_compiled_case():
-    """A stride-1 3x3 problem meets the stride-1 instances only; backward-data has no stride 2;
-    padding past R - 1 has no mirror in backward-data."""
+    """A stride-1 3x3 problem meets the stride-1 3x3 instances only; backward-data has no
+    stride 2; padding past R - 1 has no mirror in backward-data."""
     s1, s2 = problem(), problem(stride_h=2, stride_w=2)
     for inst in FAMILY.instances("conv2d_fwd", "bf16"):
-        served = FAMILY.applicable(inst, s1) is None
-        assert served == (inst.settings["stride"] == 1)
-        assert (FAMILY.applicable(inst, s2) is None) == (inst.settings["stride"] == 2)
+        three = inst.settings["fr"] == 3
+        assert (FAMILY.applicable(inst, s1) is None) == (three and inst.settings["stride"] == 1)
+        assert (FAMILY.applicable(inst, s2) is None) == (three and inst.settings["stride"] == 2)
         assert FAMILY.compiled_case(s2) == {"fr": 3, "stride": 2}
     back = problem("conv2d_bwd_data", stride_h=2, stride_w=2)
     wide = problem("conv2d_bwd_data", pad_h=3, pad_w=3)
     for inst in FAMILY.instances("conv2d_bwd_data", "bf16"):
         assert FAMILY.applicable(inst, back) is not None
-        assert "padding" in FAMILY.applicable(inst, wide)
-        assert FAMILY.applicable(inst, problem("conv2d_bwd_data")) is None
+        if inst.settings["fr"] == 3:
+            assert "padding" in FAMILY.applicable(inst, wide)
+        assert (FAMILY.applicable(inst, problem("conv2d_bwd_data")) is None) == (
+            inst.settings["fr"] == 3)
 
 
 def test_tensor_map_boxes_one_item():
@@ -102,7 +105,7 @@ def test_code_objects_compile_for_sm_90a():
     for op in ("conv2d_fwd", "conv2d_bwd_data"):
         for inst in FAMILY.instances(op, "bf16"):
             c = inst.settings
-            picked.setdefault((op, c["ch"], c["tile_h"] * c["tile_w"], c["stride"],
+            picked.setdefault((op, c["ch"], c["fr"], c["tile_h"] * c["tile_w"], c["stride"],
                                c["occ"] > 1), inst)
     failures = compile_failures(FAMILY, picked.values(), lambda inst: inst.operator,
                                 lambda inst: inst.settings["occ"] == 1)

@@ -5,16 +5,19 @@
 // channel block slowest. Blocks are persistent: block b takes items b, b + gridDim.x, ... The
 // input under an item's tile, with its halo, arrives in shared memory by one bulk tensor copy
 // (box CH channels x IN_W x IN_H, 128-byte-swizzled where CH is 64; zeros where the box leaves
-// the tensor, so padding costs nothing) into one of STAGES stages, STAGES - 1 items ahead of the one computed.
+// the tensor, so padding costs nothing) into one of STAGES stages, STAGES - 1 items ahead of
+// the one computed.
 //
-// Thread t owns channels 8 (t % (CH / 8)) .. + 7 of the block and output column t / (CH / 8),
-// and walks the tile's input rows top to bottom: each row's FR input columns are read once (16
-// bytes each) and added into every output row they reach; an output row is written (16 bytes)
-// as soon as its last input row is in. The taps as fp32 in registers; fp32 accumulation.
+// Thread t owns channels VEC (t % (CH / VEC)) .. + VEC - 1 of the block and output column
+// t / (CH / VEC), and walks the tile's input rows top to bottom: each row's FR input columns
+// are read once (2 VEC bytes each) and added into every output row they reach; an output row
+// is written as soon as its last input row is in. The taps as fp32 in registers (FR * FR *
+// VEC: 72 for 3x3 filters and 8 channels, 100 for 5x5 and 4, 98 for 7x7 and 2); fp32
+// accumulation.
 //
 // Macros: DW_OP (0 forward, 1 backward-data: dx = correlation of dy with the filter reversed
-// and the padding mirrored), CH (16, 32 or 64), TILE_H, TILE_W, STAGES, FR (R == S: 3),
-// STRIDE (both directions), OCC (blocks a multiprocessor the registers must allow).
+// and the padding mirrored), CH (16, 32 or 64), VEC (8, 4 or 2), TILE_H, TILE_W, STAGES, FR
+// (R == S), STRIDE (both directions), OCC (blocks a multiprocessor the registers must allow).
 #include "../common.cuh"
 #include "../mma_sync.cuh"
 #include "../sm90.cuh"
@@ -24,6 +27,9 @@
 #endif
 #ifndef CH
 #define CH 64
+#endif
+#ifndef VEC
+#define VEC 8
 #endif
 #ifndef TILE_H
 #define TILE_H 8
@@ -44,10 +50,7 @@
 #define OCC 1
 #endif
 
-#if FR != 3
-#error "conv_dw_tma holds a 3x3 filter's taps in registers"
-#endif
-#define PIECES (CH / 8)
+#define PIECES (CH / VEC)
 #define THREADS (PIECES * TILE_W)
 #define IN_H ((TILE_H - 1) * STRIDE + FR)
 #define IN_W ((TILE_W - 1) * STRIDE + FR)
@@ -81,13 +84,23 @@ __device__ __forceinline__ Geometry geometry(const ConvParams& p) {
 // Byte offset of the 16-byte piece `piece` of box pixel `q`: rows of CH * 2 bytes, 128-byte
 // swizzle where a row is 128 bytes.
 __device__ __forceinline__ int box_offset(int q, int piece) {
-  return CH == 64 ? q * 128 + ((piece ^ (q & 7)) << 4) : q * (CH * 2) + piece * 16;
+  const int byte = piece * VEC * 2;
+  return CH == 64 ? q * 128 + (((byte >> 4) ^ (q & 7)) << 4) + (byte & 15) : q * (CH * 2) + byte;
 }
 
-__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
-  const u32 w[4] = {v.x, v.y, v.z, v.w};
+// VEC 16-bit elements as one load or store.
+#if VEC == 8
+typedef uint4 raw_t;
+#elif VEC == 4
+typedef uint2 raw_t;
+#else
+typedef u32 raw_t;
+#endif
+
+__device__ __forceinline__ void unpack(const raw_t& v, float (&f)[VEC]) {
+  const u32* w = reinterpret_cast<const u32*>(&v);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < VEC / 2; ++i) {
 #if FARM_DTYPE == 2
     f[2 * i] = __uint_as_float(w[i] << 16);
     f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
@@ -98,9 +111,12 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
   }
 }
 
-// Tap (r, s) of the correlation for channel c: the filter's, or its reverse in backward-data.
-__device__ __forceinline__ int tap_index(int r, int s) {
-  return DW_OP == 0 ? r * FR + s : (FR - 1 - r) * FR + (FR - 1 - s);
+__device__ __forceinline__ raw_t pack(const float (&a)[VEC]) {
+  raw_t r;
+  u32* w = reinterpret_cast<u32*>(&r);
+#pragma unroll
+  for (int i = 0; i < VEC / 2; ++i) w[i] = pack_pair(a[2 * i], a[2 * i + 1]);
+  return r;
 }
 
 struct Item {
@@ -147,25 +163,27 @@ __device__ __forceinline__ void depthwise(const elem_t* __restrict__ w, elem_t* 
       if (item < items) fetch(base + s * STAGE_BYTES, map, &bars[s], item_of(item, g), g);
     }
   }
-  float f[FR * FR][8];
+  float f[FR * FR][VEC];
   int current_cb = -1;
   int k = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x, ++k) {
     const Item it = item_of(item, g);
-    const int c = it.cb * CH + 8 * piece;
+    const int c = it.cb * CH + VEC * piece;
     const bool live = c < g.C;
     if (it.cb != current_cb) {  // uniform over the block
       current_cb = it.cb;
-      // channels c .. c + 7: 72 consecutive 16-bit taps, 16-byte aligned (c is a multiple of 8)
-      const uint4* src = reinterpret_cast<const uint4*>(w + (long)c * 9);
+      // channels c .. c + VEC - 1: FR * FR * VEC consecutive 16-bit taps, aligned to 2 VEC
+      // bytes (c is a multiple of VEC, FR * FR odd); reversed in backward-data
+      const raw_t* src = reinterpret_cast<const raw_t*>(w + (long)c * FR * FR);
 #pragma unroll
-      for (int i = 0; i < 9; ++i) {
-        float v[8];
-        unpack8(live ? __ldg(src + i) : make_uint4(0u, 0u, 0u, 0u), v);
+      for (int i = 0; i < FR * FR; ++i) {
+        float v[VEC];
+        const raw_t zero{};
+        unpack(live ? __ldg(src + i) : zero, v);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int t = (8 * i + e) % 9, ch = (8 * i + e) / 9;
-          f[DW_OP == 0 ? t : 8 - t][ch] = v[e];
+        for (int e = 0; e < VEC; ++e) {
+          const int t = (VEC * i + e) % (FR * FR), ch = (VEC * i + e) / (FR * FR);
+          f[DW_OP == 0 ? t : FR * FR - 1 - t][ch] = v[e];
         }
       }
     }
@@ -174,20 +192,20 @@ __device__ __forceinline__ void depthwise(const elem_t* __restrict__ w, elem_t* 
     sm90_mbar_wait(&bars[stage], (k / STAGES) & 1);
     const int ow = it.ow0 + col;
     if (live && ow < g.Wo) {
-      float acc[TILE_H][8];
+      float acc[TILE_H][VEC];
 #pragma unroll
       for (int i = 0; i < TILE_H; ++i)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i][e] = 0.0f;
+        for (int e = 0; e < VEC; ++e) acc[i][e] = 0.0f;
       elem_t* dst = out + ((long)(it.n * g.Ho + it.oh0) * g.Wo + ow) * g.C + c;
       const long row_step = (long)g.Wo * g.C;
 #pragma unroll
       for (int ih = 0; ih < IN_H; ++ih) {
 #pragma unroll
         for (int s = 0; s < FR; ++s) {
-          float u[8];
-          unpack8(*reinterpret_cast<const uint4*>(in + box_offset(ih * IN_W + col * STRIDE + s, piece)),
-                  u);
+          float u[VEC];
+          const int q = ih * IN_W + col * STRIDE + s;
+          unpack(*reinterpret_cast<const raw_t*>(in + box_offset(q, piece)), u);
 #pragma unroll
           for (int r = 0; r < FR; ++r) {
             const int d = ih - r;
@@ -195,18 +213,13 @@ __device__ __forceinline__ void depthwise(const elem_t* __restrict__ w, elem_t* 
             const int oh = d / STRIDE;
             const float* tap = f[r * FR + s];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[oh][e] = fmaf(u[e], tap[e], acc[oh][e]);
+            for (int e = 0; e < VEC; ++e) acc[oh][e] = fmaf(u[e], tap[e], acc[oh][e]);
           }
         }
         const int done = ih - (FR - 1);  // the output row whose last input row this is
         if (done >= 0 && done % STRIDE == 0 && done / STRIDE < TILE_H) {
           const int oh = done / STRIDE;
-          if (it.oh0 + oh < g.Ho) {
-            const float* a = acc[oh];
-            *reinterpret_cast<uint4*>(dst + oh * row_step) =
-                make_uint4(pack_pair(a[0], a[1]), pack_pair(a[2], a[3]), pack_pair(a[4], a[5]),
-                           pack_pair(a[6], a[7]));
-          }
+          if (it.oh0 + oh < g.Ho) *reinterpret_cast<raw_t*>(dst + oh * row_step) = pack(acc[oh]);
         }
       }
     }

@@ -2,10 +2,11 @@
 Hopper's tensor memory accelerator (conv/dw_tma.cu, sm_90a only): persistent blocks take
 (block of `ch` channels, output tile) items, each item's haloed input tile arriving in shared
 memory by one bulk tensor copy (zeros outside the input: the padding) `stages` - 1 items ahead;
-a thread owns 8 channels of one output column and walks the tile's input rows once, writing
-each output row as soon as its last input row is in. 3x3 filters (`fr`, the taps in
-registers), compiled per stride (both directions; backward-data stride 1 only); `ch` 16 or 32
-for narrow layers, where 64 would leave most of a block idle. bf16 and fp16, C a multiple of 8
+a thread owns `vec` channels of one output column and walks the tile's input rows once,
+writing each output row as soon as its last input row is in. Compiled per filter size (`fr`,
+R == S: 3, 5 or 7, with `vec` 8, 4 or 2 so that the taps fit in registers) and stride (both
+directions; backward-data stride 1 only); `ch` 16 or 32 for narrow layers, where 64 would
+leave most of a block idle. bf16 and fp16, C a multiple of 8
 (the tensor map's row pitch). `occ` > 1 holds the registers to 128 a thread, so that many
 blocks share a multiprocessor."""
 
@@ -21,10 +22,9 @@ from kernels.registry import register
 
 OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
 OP_CODES = {"conv2d_fwd": 0, "conv2d_bwd_data": 1}
-TILES = {64: ((8, 32), (4, 32), (8, 16), (16, 16), (8, 8), (16, 8)),
-         32: ((8, 64), (4, 64), (8, 32), (16, 32), (8, 16)),
-         16: ((8, 64), (4, 64), (16, 32))}
-FILTERS = (3,)
+CHANNEL_BLOCKS = (64, 32, 16)
+VECTORS = {3: 8, 5: 4, 7: 2}  # channels a thread, by filter size: FR * FR * vec taps in registers
+BLOCK_THREADS = (256, 128, 64)
 STRIDES = {"conv2d_fwd": (1, 2), "conv2d_bwd_data": (1,)}
 SMEM_OPT_IN = 227 * 1024
 SM_SHARED = 228 * 1024
@@ -33,7 +33,7 @@ REGISTERS = 168  # a thread's registers where the launch bounds leave them free 
 
 
 def threads(config: dict[str, Any]) -> int:
-    return config["ch"] // 8 * config["tile_w"]
+    return config["ch"] // config["vec"] * config["tile_w"]
 
 
 def box(config: dict[str, Any]) -> tuple[int, int]:
@@ -48,18 +48,31 @@ def shared_bytes(config: dict[str, Any]) -> int:
     return 1024 + config["stages"] * stage + 64
 
 
+def tiles(ch: int, vec: int) -> list[tuple[int, int]]:
+    """(tile_h, tile_w) of blocks of 256, 128 and 64 threads: 4 or 8 rows where a tile is 32
+    columns or more, else 8 or 16."""
+    out = []
+    for block in BLOCK_THREADS:
+        tw = block // (ch // vec)
+        if 4 <= tw <= 64:
+            out += [(th, tw) for th in ((4, 8) if tw >= 32 else (8, 16))]
+    return out
+
+
 def generate_configs(op: str) -> list[dict[str, Any]]:
     """Every channel block, tile, filter and stride with 2, 3 and 4 stages where they fit;
-    occ 1, and the occ that holds the registers to 128 a thread where its blocks fit."""
+    occ 1, and (tiles of at most 8 rows: the others spill) the occ that holds the registers
+    to 128 a thread where its blocks fit."""
     out = []
-    for fr in FILTERS:
+    for fr, vec in VECTORS.items():
         for stride in STRIDES[op]:
-            for ch, tiles in TILES.items():
-                for th, tw in tiles:
-                    base = {"ch": ch, "tile_h": th, "tile_w": tw, "fr": fr, "stride": stride}
+            for ch in CHANNEL_BLOCKS:
+                for th, tw in tiles(ch, vec):
+                    base = {"ch": ch, "vec": vec, "tile_h": th, "tile_w": tw, "fr": fr,
+                            "stride": stride}
                     tight = SM_REGISTERS // (threads(base) * 128)
                     for stages in (2, 3, 4):
-                        for occ in sorted({1, tight}):
+                        for occ in sorted({1, tight if th <= 8 else 1}):
                             config = {**base, "stages": stages, "occ": occ}
                             if occ * (shared_bytes(config) + 1024) <= SM_SHARED:
                                 out.append(config)
