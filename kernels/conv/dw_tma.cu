@@ -2,7 +2,7 @@
 // channels-last, 16-bit elements, on Hopper's tensor memory accelerator (sm_90a).
 //
 // Work items are (block of CH channels, output tile of TILE_H x TILE_W pixels of one image), the
-// channel block slowest. Blocks are persistent: block b takes items b, b + gridDim.x, ... The
+// channel block fastest: the blocks running at once read every channel of the same pixels. Blocks are persistent: block b takes items b, b + gridDim.x, ... The
 // input under an item's tile, with its halo, arrives in shared memory by one bulk tensor copy
 // (box CH channels x IN_W x IN_H, 128-byte-swizzled where CH is 64; zeros where the box leaves
 // the tensor, so padding costs nothing) into one of STAGES stages, STAGES - 1 items ahead of
@@ -17,7 +17,8 @@
 //
 // Macros: DW_OP (0 forward, 1 backward-data: dx = correlation of dy with the filter reversed
 // and the padding mirrored), CH (16, 32 or 64), VEC (8, 4 or 2), TILE_H, TILE_W, STAGES, FR
-// (R == S), STRIDE (both directions), OCC (blocks a multiprocessor the registers must allow).
+// (R == S), STRIDE (both directions), OCC (blocks a multiprocessor the registers must allow:
+// the persistent grid's blocks are all resident).
 #include "../common.cuh"
 #include "../mma_sync.cuh"
 #include "../sm90.cuh"
@@ -125,8 +126,8 @@ struct Item {
 
 __device__ __forceinline__ Item item_of(int item, const Geometry& g) {
   const int tw = (g.Wo + TILE_W - 1) / TILE_W, th = (g.Ho + TILE_H - 1) / TILE_H;
-  const int spatial = g.N * th * tw;
-  const int cb = item / spatial, s = item - cb * spatial;
+  const int blocks = (g.C + CH - 1) / CH;
+  const int s = item / blocks, cb = item - s * blocks;
   const int x = s % tw, rest = s / tw;
   return Item{rest / th, (rest % th) * TILE_H, x * TILE_W, cb};
 }

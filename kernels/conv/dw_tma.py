@@ -7,8 +7,9 @@ writing each output row as soon as its last input row is in. Compiled per filter
 R == S: 3, 5 or 7, with `vec` 8, 4 or 2 so that the taps fit in registers) and stride (both
 directions; backward-data stride 1 only); `ch` 16 or 32 for narrow layers, where 64 would
 leave most of a block idle. bf16 and fp16, C a multiple of 8
-(the tensor map's row pitch). `occ` > 1 holds the registers to 128 a thread, so that many
-blocks share a multiprocessor."""
+(the tensor map's row pitch). `occ` blocks share a multiprocessor: the launch bounds hold the
+registers to 255, 168 or 128 a thread so that they fit, and the persistent grid launches no
+more than are resident."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ STRIDES = {"conv2d_fwd": (1, 2), "conv2d_bwd_data": (1,)}
 SMEM_OPT_IN = 227 * 1024
 SM_SHARED = 228 * 1024
 SM_REGISTERS = 65536
-REGISTERS = 168  # a thread's registers where the launch bounds leave them free (ptxas: 90 to 168)
+REGISTER_CAPS = (255, 168, 128)  # a thread's registers under the launch bounds (occ)
 
 
 def threads(config: dict[str, Any]) -> int:
@@ -60,9 +61,9 @@ def tiles(ch: int, vec: int) -> list[tuple[int, int]]:
 
 
 def generate_configs(op: str) -> list[dict[str, Any]]:
-    """Every channel block, tile, filter and stride with 2, 3 and 4 stages where they fit;
-    occ 1, and (tiles of at most 8 rows: the others spill) the occ that holds the registers
-    to 128 a thread where its blocks fit."""
+    """Every channel block, tile, filter and stride with 2, 3 and 4 stages, and the blocks a
+    multiprocessor (occ) that hold the registers to 255, 168 and 128 a thread (128: tiles of at
+    most 8 rows, the others spill), where that many blocks' shared memory fits."""
     out = []
     for fr, vec in VECTORS.items():
         for stride in STRIDES[op]:
@@ -70,19 +71,24 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
                 for th, tw in tiles(ch, vec):
                     base = {"ch": ch, "vec": vec, "tile_h": th, "tile_w": tw, "fr": fr,
                             "stride": stride}
-                    tight = SM_REGISTERS // (threads(base) * 128)
+                    caps = REGISTER_CAPS if th <= 8 else REGISTER_CAPS[:2]
+                    occs = sorted({SM_REGISTERS // (threads(base) * cap) for cap in caps})
                     for stages in (2, 3, 4):
-                        for occ in sorted({1, tight if th <= 8 else 1}):
+                        for occ in occs:
                             config = {**base, "stages": stages, "occ": occ}
                             if occ * (shared_bytes(config) + 1024) <= SM_SHARED:
                                 out.append(config)
     return out
 
 
+def register_cap(config: dict[str, Any]) -> int:
+    """A thread's registers under the launch bounds of occ blocks a multiprocessor."""
+    return min(255, SM_REGISTERS // (threads(config) * config["occ"]))
+
+
 def blocks_per_sm(config: dict[str, Any]) -> int:
-    t = threads(config)
-    by_regs = config["occ"] if config["occ"] > 1 else SM_REGISTERS // (t * REGISTERS)
-    return max(1, min(SM_SHARED // (shared_bytes(config) + 1024), 2048 // t, by_regs))
+    """occ: the launch bounds fit its registers, the configurations its shared memory."""
+    return config["occ"]
 
 
 class DepthwiseTmaConv(KernelFamily):
