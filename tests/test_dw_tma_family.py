@@ -1,13 +1,14 @@
-"""conv_dw_tma without a GPU: its configuration space, where it refuses, the tensor map of each
-launch, its persistent grid, and its code objects compiled for sm_90a with NVRTC. The GPU
-check is tests/test_dw_tma_gpu.py."""
+"""conv_dw_tma and conv_dw_tma_bwd_weight without a GPU: their configuration spaces, where they
+refuse, the tensor maps of each launch, the persistent grid and the splits, and their code
+objects compiled for sm_90a with NVRTC. The GPU check is tests/test_dw_tma_gpu.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernels.conv.dw_tma import (FAMILY, SM_SHARED, SMEM_OPT_IN, blocks_per_sm, box,
-                                 generate_configs, register_cap, shared_bytes, threads)
+from kernels.conv.dw_tma import (FAMILY, SM_SHARED, SMEM_OPT_IN, WEIGHT_FAMILY, blocks_per_sm,
+                                 box, generate_configs, register_cap, shared_bytes, threads,
+                                 weight_shared_bytes)
 from kernels.conv.problem import ConvProblem
 from kernels.family import SM_COUNT
 from tests.nvrtc_check import compile_failures
@@ -109,5 +110,51 @@ def test_code_objects_compile_for_sm_90a():
             picked.setdefault((op, c["ch"], c["fr"], c["tile_h"] * c["tile_w"], c["stride"],
                                register_cap(c)), inst)
     failures = compile_failures(FAMILY, picked.values(), lambda inst: inst.operator,
+                                lambda inst: register_cap(inst.settings) == 255)
+    assert not failures, "\n".join(failures[:20])
+
+
+def test_backward_weight_configurations_fit():
+    configs = WEIGHT_FAMILY.configs("conv2d_bwd_weight")
+    assert configs and {c["stride"] for c in configs} == {1, 2}
+    assert {c["fr"] for c in configs} == {3, 5, 7}
+    for c in configs:
+        assert register_cap(c) >= 168 and c["stages"] <= 3
+        assert c["occ"] * (weight_shared_bytes(c) + 1024) <= SM_SHARED
+        assert weight_shared_bytes(c) >= c["fr"] ** 2 * c["vec"] * threads(c) * 4  # the sums
+    assert WEIGHT_FAMILY.instances("conv2d_fwd", "bf16") == []
+    assert WEIGHT_FAMILY.instances("conv2d_bwd_weight", "fp32") == []
+
+
+def test_backward_weight_splits_the_tiles_over_the_resident_blocks():
+    for shape in (dict(N=32, C=144, K=144, G=144, H=56, W=56), dict(N=1, C=1152, K=1152,
+                                                                   G=1152, H=7, W=7)):
+        p = problem("conv2d_bwd_weight", **shape)
+        for inst in WEIGHT_FAMILY.instances("conv2d_bwd_weight", "bf16"):
+            if WEIGHT_FAMILY.applicable(inst, p):
+                continue
+            c = inst.settings
+            blocks = -(-p.C // c["ch"])
+            tiles = WEIGHT_FAMILY.items(inst, p) // blocks
+            splits = WEIGHT_FAMILY.splits(inst, p)
+            assert 1 <= splits <= tiles
+            assert splits * blocks <= max(SM_COUNT * c["occ"], blocks)  # all resident
+            main, reduce = WEIGHT_FAMILY.launches(inst, p)
+            assert main.grid == (splits, blocks, 1)
+            x, dy = main.args[-2:]
+            assert x.buffer == "x" and x.box == (c["ch"], box(c)[1], box(c)[0], 1)
+            assert dy.buffer == "dy" and dy.dims == (p.C, p.Q, p.P, p.N)
+            assert dy.box == (c["ch"], c["tile_w"], c["tile_h"], 1)
+            assert reduce.args == ("workspace", "dw", p.C * 9, splits)
+            assert WEIGHT_FAMILY.workspace_bytes(inst, p) == 4 * splits * p.C * 9
+
+
+def test_backward_weight_code_objects_compile_for_sm_90a():
+    picked = {}
+    for inst in WEIGHT_FAMILY.instances("conv2d_bwd_weight", "bf16"):
+        c = inst.settings
+        picked.setdefault((c["ch"], c["fr"], c["tile_h"] * c["tile_w"], c["stride"],
+                           register_cap(c)), inst)
+    failures = compile_failures(WEIGHT_FAMILY, picked.values(), lambda inst: inst.operator,
                                 lambda inst: register_cap(inst.settings) == 255)
     assert not failures, "\n".join(failures[:20])

@@ -1,5 +1,5 @@
-"""conv_dw_tma on a GPU: every instance against the reference on edge shapes, forward and
-backward-data (skipped where there is no GPU; the family runs on sm_90a only)."""
+"""conv_dw_tma and conv_dw_tma_bwd_weight on a GPU: every instance against the reference on edge
+shapes, in every direction (skipped where there is no GPU; the families run on sm_90a only)."""
 
 import pytest
 
@@ -40,6 +40,14 @@ def serves(family, problem):
 def test_every_dw_tma_instance_is_right(worker, op, dtype):
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in EDGES]
     failures = verify_on_edges(worker, op, dtype, ["conv_dw_tma"], problems, serves)
+    assert not failures, "\n".join(failures[:40])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_dw_tma_bwd_weight_instance_is_right(worker, dtype):
+    problems = [ConvProblem(op="conv2d_bwd_weight", dtype=dtype, **shape) for shape in EDGES]
+    failures = verify_on_edges(worker, "conv2d_bwd_weight", dtype, ["conv_dw_tma_bwd_weight"],
+                               problems)
     assert not failures, "\n".join(failures[:40])
 
 

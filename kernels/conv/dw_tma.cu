@@ -19,44 +19,7 @@
 // and the padding mirrored), CH (16, 32 or 64), VEC (8, 4 or 2), TILE_H, TILE_W, STAGES, FR
 // (R == S), STRIDE (both directions), OCC (blocks a multiprocessor the registers must allow:
 // the persistent grid's blocks are all resident).
-#include "../common.cuh"
-#include "../mma_sync.cuh"
-#include "../sm90.cuh"
-
-#ifndef DW_OP
-#define DW_OP 0
-#endif
-#ifndef CH
-#define CH 64
-#endif
-#ifndef VEC
-#define VEC 8
-#endif
-#ifndef TILE_H
-#define TILE_H 8
-#endif
-#ifndef TILE_W
-#define TILE_W 32
-#endif
-#ifndef STAGES
-#define STAGES 2
-#endif
-#ifndef FR
-#define FR 3
-#endif
-#ifndef STRIDE
-#define STRIDE 1
-#endif
-#ifndef OCC
-#define OCC 1
-#endif
-
-#define PIECES (CH / VEC)
-#define THREADS (PIECES * TILE_W)
-#define IN_H ((TILE_H - 1) * STRIDE + FR)
-#define IN_W ((TILE_W - 1) * STRIDE + FR)
-#define BOX_BYTES (IN_H * IN_W * CH * 2)
-#define STAGE_BYTES ((BOX_BYTES + 1023) / 1024 * 1024)
+#include "dw_tma.cuh"
 
 #if FARM_DTYPE == 0 || !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #if FARM_DTYPE != 0
@@ -67,79 +30,6 @@ extern "C" __global__ void conv2d_fwd(const elem_t*, const elem_t*, elem_t*, Con
 extern "C" __global__ void conv2d_bwd_data(const elem_t*, const elem_t*, elem_t*, ConvParams) {}
 #else
 
-namespace dw {
-
-// The geometry of one direction: the correlation's input (x, or dy) and output (y, or dx).
-struct Geometry {
-  int N, C, Hi, Wi, Ho, Wo, ph, pw;
-};
-
-__device__ __forceinline__ Geometry geometry(const ConvParams& p) {
-#if DW_OP == 0
-  return Geometry{p.N, p.C, p.H, p.W, p.P, p.Q, p.pad_h, p.pad_w};
-#else
-  return Geometry{p.N, p.C, p.P, p.Q, p.H, p.W, FR - 1 - p.pad_h, FR - 1 - p.pad_w};
-#endif
-}
-
-// Byte offset of the 16-byte piece `piece` of box pixel `q`: rows of CH * 2 bytes, 128-byte
-// swizzle where a row is 128 bytes.
-__device__ __forceinline__ int box_offset(int q, int piece) {
-  const int byte = piece * VEC * 2;
-  return CH == 64 ? q * 128 + (((byte >> 4) ^ (q & 7)) << 4) + (byte & 15) : q * (CH * 2) + byte;
-}
-
-// VEC 16-bit elements as one load or store.
-#if VEC == 8
-typedef uint4 raw_t;
-#elif VEC == 4
-typedef uint2 raw_t;
-#else
-typedef u32 raw_t;
-#endif
-
-__device__ __forceinline__ void unpack(const raw_t& v, float (&f)[VEC]) {
-  const u32* w = reinterpret_cast<const u32*>(&v);
-#pragma unroll
-  for (int i = 0; i < VEC / 2; ++i) {
-#if FARM_DTYPE == 2
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-#else
-    f[2 * i] = half_to_float((u16)(w[i] & 0xffffu));
-    f[2 * i + 1] = half_to_float((u16)(w[i] >> 16));
-#endif
-  }
-}
-
-__device__ __forceinline__ raw_t pack(const float (&a)[VEC]) {
-  raw_t r;
-  u32* w = reinterpret_cast<u32*>(&r);
-#pragma unroll
-  for (int i = 0; i < VEC / 2; ++i) w[i] = pack_pair(a[2 * i], a[2 * i + 1]);
-  return r;
-}
-
-struct Item {
-  int n, oh0, ow0, cb;
-};
-
-__device__ __forceinline__ Item item_of(int item, const Geometry& g) {
-  const int tw = (g.Wo + TILE_W - 1) / TILE_W, th = (g.Ho + TILE_H - 1) / TILE_H;
-  const int blocks = (g.C + CH - 1) / CH;
-  const int s = item / blocks, cb = item - s * blocks;
-  const int x = s % tw, rest = s / tw;
-  return Item{rest / th, (rest % th) * TILE_H, x * TILE_W, cb};
-}
-
-__device__ __forceinline__ void fetch(unsigned char* stage, const TensorMap& map, u64* bar,
-                                      const Item& it, const Geometry& g) {
-  sm90_mbar_expect(bar, BOX_BYTES);
-  sm90_tma_4d(stage, map, it.cb * CH, it.ow0 * STRIDE - g.pw, it.oh0 * STRIDE - g.ph, it.n, bar);
-}
-
-}  // namespace dw
-
 extern __shared__ __align__(1024) unsigned char dw_smem[];
 
 __device__ __forceinline__ void depthwise(const elem_t* __restrict__ w, elem_t* __restrict__ out,
@@ -149,14 +39,8 @@ __device__ __forceinline__ void depthwise(const elem_t* __restrict__ w, elem_t* 
   const int tid = threadIdx.x, piece = tid % PIECES, col = tid / PIECES;
   const int items = g.N * ((g.Ho + TILE_H - 1) / TILE_H) * ((g.Wo + TILE_W - 1) / TILE_W) *
                     ((g.C + CH - 1) / CH);
-  unsigned char* base = dw_smem + ((1024 - (sm90_smem(dw_smem) & 1023)) & 1023);
-  u64* bars = reinterpret_cast<u64*>(base + STAGES * STAGE_BYTES);
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) sm90_mbar_init(&bars[s], 1);
-    sm90_mbar_fence_init();
-  }
-  __syncthreads();
+  u64* bars;
+  unsigned char* base = stages_and_barriers(dw_smem, STAGES * STAGE_BYTES, bars);
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
@@ -238,7 +122,7 @@ conv2d_fwd(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* _
            ConvParams p, const __grid_constant__ TensorMap tmap_x) {
   depthwise(w, y, p, tmap_x);
 }
-#else
+#elif DW_OP == 1
 extern "C" __global__ void __launch_bounds__(THREADS, OCC)
 conv2d_bwd_data(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
                 elem_t* __restrict__ dx, ConvParams p, const __grid_constant__ TensorMap tmap_dy) {

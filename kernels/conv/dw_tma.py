@@ -159,3 +159,69 @@ class DepthwiseTmaConv(KernelFamily):
 
 
 FAMILY = register(DepthwiseTmaConv())
+
+
+# Backward-weight (conv/dw_tma_bwd_weight.cu): the same tiles of dy with the input under them;
+# each split's sums in its slice of a workspace laid out as dw, then a launch that adds them.
+REDUCE_BLOCK = 256
+
+
+def weight_shared_bytes(config: dict[str, Any]) -> int:
+    """The stages (input box and dy box, each on a 1024-byte boundary) or, after them, the
+    block's column sums (FR * FR * vec floats a thread), whichever is larger."""
+    rows, cols = box(config)
+    ch, stage = config["ch"], 0
+    for pixels in (rows * cols, config["tile_h"] * config["tile_w"]):
+        stage += _cdiv(pixels * 2 * ch, 1024) * 1024
+    sums = config["fr"] ** 2 * config["vec"] * threads(config) * 4
+    return 1024 + max(config["stages"] * stage, sums) + 64
+
+
+def generate_weight_configs() -> list[dict[str, Any]]:
+    """conv_dw_tma's forward configurations of 2 or 3 stages whose boxes fit occ blocks, with
+    168 registers a thread or more (at 128 the FR x FR sums spill, as do 16 rows of 7x7)."""
+    return [c for c in generate_configs("conv2d_fwd") if c["stages"] <= 3
+            and register_cap(c) >= 168 and not (c["fr"] == 7 and c["tile_h"] > 8)
+            and c["occ"] * (weight_shared_bytes(c) + 1024) <= SM_SHARED]
+
+
+class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
+    """conv_dw_tma's backward-weight: the splits of the output tiles, one block per split and
+    channel block, each writing its FR x FR sums into its own slice of the workspace."""
+
+    name = "conv_dw_tma_bwd_weight"
+    operators = ("conv2d_bwd_weight",)
+    source_file = "conv/dw_tma_bwd_weight.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return generate_weight_configs() if operator in self.operators else []
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        return KernelFamily.defines(self, instance)
+
+    def splits(self, instance: Instance, p: ConvProblem) -> int:
+        """The resident blocks over the channel blocks, at most one a dy tile."""
+        c = instance.settings
+        spatial = self.items(instance, p) // _cdiv(p.C, c["ch"])
+        return max(1, min(spatial, SM_COUNT * c["occ"] // _cdiv(p.C, c["ch"])))
+
+    def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
+        return 4 * self.splits(instance, problem) * problem.tensor_elements()["weight"]
+
+    def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
+        c, p = instance.settings, problem
+        rows, cols = box(c)
+        swizzle = 128 if c["ch"] == 64 else 0
+        x = TensorMap("x", (p.C, p.W, p.H, p.N), (2 * p.C, 2 * p.C * p.W, 2 * p.C * p.W * p.H),
+                      (c["ch"], cols, rows, 1), swizzle=swizzle)
+        dy = TensorMap("dy", (p.C, p.Q, p.P, p.N), (2 * p.C, 2 * p.C * p.Q, 2 * p.C * p.Q * p.P),
+                       (c["ch"], c["tile_w"], c["tile_h"], 1), swizzle=swizzle)
+        splits, n = self.splits(instance, p), p.tensor_elements()["weight"]
+        return [Launch("conv2d_bwd_weight", (splits, _cdiv(p.C, c["ch"]), 1), (threads(c), 1, 1),
+                       ("x", "dy", "workspace", conv_params(p), splits, x, dy),
+                       weight_shared_bytes(c)),
+                Launch("dw_tma_reduce", (min(_cdiv(n, REDUCE_BLOCK), SM_COUNT * 4), 1, 1),
+                       (REDUCE_BLOCK, 1, 1), ("workspace", "dw", n, splits))]
+
+
+WEIGHT_FAMILY = register(DepthwiseTmaBwdWeight())
