@@ -39,6 +39,7 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,20 @@ def latency(fn, items, repeats: int = 3) -> dict:
             times.append(time.perf_counter() - start)
     return {"p50_us": float(np.percentile(times, 50) * 1e6),
             "p99_us": float(np.percentile(times, 99) * 1e6), "calls": len(times)}
+
+
+def recorded_datasets(recordings: Sequence[Path], ops: Sequence[str], arch: str, dtype: str,
+                      resources, folder: Path) -> Iterator[Dataset]:
+    """Each operator's dataset of `recordings`, imported into a scratch store in `folder`."""
+    from farm.recording import import_recording
+    store = open_store(f"sqlite:///{Path(folder) / 'recording.db'}")
+    try:
+        for path in recordings:
+            import_recording(store, path)
+        for op in ops:
+            yield load_dataset(store, op, arch, dtype, resources=resources)
+    finally:
+        store.engine.dispose()
 
 
 def query_shapes(data: Dataset, count: int) -> list[Problem]:

@@ -149,3 +149,39 @@ def test_pruning_drops_candidates_yet_chooses_as_the_full_costs(fwd, tmp_path):
     full = Export(fwd.selector, text, tmp_path)
     pruned = Export(fwd.selector, text, tmp_path, prune=True)
     assert check(pruned, fwd.selector, full.costs, shapes, seed=5) == 6 * len(shapes)
+
+
+def exit_bits(selector, trees, p) -> np.ndarray:
+    """Each candidate's exit leaf's bit in each masked tree on shape p (candidates x trees)."""
+    s = selector
+    x = feature_matrix(s.spec, dict(zip(s.spec.inputs, p.number_values())),
+                       instance_matrix(s.spec, s.catalogue))
+    masks = [t.mask(t.splits, lambda sp, row=row: row[sp.feature]) for row in x for t in trees]
+    return np.array([m & -m for m in masks], dtype=np.uint64).reshape(len(x), len(trees))
+
+
+def test_bounds_of_the_blocks_still_to_come_are_those_of_the_reachable_leaves(fwd):
+    """prune()'s tables: on random and held-out shapes every candidate's exit leaf in every
+    tree is one its fixed masks keep (so no sum leaves its bounds), and REST_LOW / REST_HIGH
+    are, per candidate and block b, the sums over the trees from block b on of the lowest and
+    highest leaf kept (negated, swapped, where the cost is the negated score)."""
+    s, text = fwd.selector, fwd.files[MODEL]
+    sign = "" if s.kind == "regressor" else "-"
+    trees = [leaf_masks(t) for t in parse_trees(text)]
+    assert all(t is not None for t in trees)  # no branchy tree: each block holds GROUP trees
+    forest = _Forest(parse_trees(text), _Columns(s.spec, instance_matrix(s.spec, s.catalogue)),
+                     len(s.catalogue), True)
+    fixed = np.concatenate([np.array(block, dtype=np.uint64) for block in forest.fixed], axis=1)
+    for p in problems("conv2d_fwd", 60, seed=33) + held_out(fwd):
+        bits = exit_bits(s, trees, p)
+        assert (bits & fixed == bits).all(), p.label()
+    kept = [[[v for b, v in enumerate(t.leaves) if int(m) >> b & 1] for t, m in zip(trees, row)]
+            for row in fixed]
+    lowest = np.array([[min(leaves) for leaves in row] for row in kept])
+    highest = np.array([[max(leaves) for leaves in row] for row in kept])
+    low, high = forest.rest(sign)
+    for b in range(1, len(forest.fixed)):
+        rest = lowest[:, b * GROUP:].sum(axis=1), highest[:, b * GROUP:].sum(axis=1)
+        want = (-rest[1], -rest[0]) if sign else rest
+        np.testing.assert_allclose(low[:, b - 1], want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(high[:, b - 1], want[1], rtol=1e-12, atol=1e-12)
