@@ -45,10 +45,15 @@ def _direct_us(p: ConvProblem, c: dict) -> float:
     return max(memory, compute) * 1e6 + 3.0 + (3.0 if p.op == "conv2d_bwd_weight" else 0.0)
 
 
-def _grouped_mma_us(p: ConvProblem, c: dict) -> float:
+def _tile_fill(p: ConvProblem, c: dict) -> float:
+    """The share of the output tiles' pixels that are outputs (dx's in backward-data)."""
     out_h, out_w = (p.H, p.W) if p.op == "conv2d_bwd_data" else (p.P, p.Q)
     th, tw = c["tile_h"], c["tile_w"]
-    useful = out_h * out_w / (-(-out_h // th) * th * -(-out_w // tw) * tw)
+    return out_h * out_w / (-(-out_h // th) * th * -(-out_w // tw) * tw)
+
+
+def _grouped_mma_us(p: ConvProblem, c: dict) -> float:
+    useful = _tile_fill(p, c)
     packed = c["width"] / p.c_per_group  # the zero blocks of a super-group's matrices
     compute = p.flops * packed / (PEAK * 0.3 * useful)
     memory = p.min_bytes / (BANDWIDTH * 0.55 * useful)
@@ -56,10 +61,7 @@ def _grouped_mma_us(p: ConvProblem, c: dict) -> float:
 
 
 def _dw_tma_us(p: ConvProblem, c: dict) -> float:
-    out_h, out_w = (p.H, p.W) if p.op == "conv2d_bwd_data" else (p.P, p.Q)
-    th, tw = c["tile_h"], c["tile_w"]
-    useful = out_h * out_w / (-(-out_h // th) * th * -(-out_w // tw) * tw)
-    useful *= p.C / (-(-p.C // c["ch"]) * c["ch"])  # the last channel block's idle threads
+    useful = _tile_fill(p, c) * p.C / (-(-p.C // c["ch"]) * c["ch"])  # the last channel block's idle threads
     memory = p.min_bytes * (1.0 + 0.3 * (c["stride"] - 1)) / (BANDWIDTH * 0.6 * useful)
     return memory * 1e6 + 3.0 + (0.5 if c["stages"] == 2 else 0.0)
 

@@ -81,6 +81,15 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
     return out
 
 
+def channels_last_map(name: str, p: ConvProblem, h: int, w: int, rows_cols: tuple[int, int],
+                      config: dict[str, Any]) -> TensorMap:
+    """The tensor map of an N x h x w x C tensor, boxed as `rows_cols` pixels of `ch` channels
+    (128-byte swizzled where a box row is 128 bytes)."""
+    rows, cols = rows_cols
+    return TensorMap(name, (p.C, w, h, p.N), (2 * p.C, 2 * p.C * w, 2 * p.C * w * h),
+                     (config["ch"], cols, rows, 1), swizzle=128 if config["ch"] == 64 else 0)
+
+
 def register_cap(config: dict[str, Any]) -> int:
     """A thread's registers under the launch bounds of occ blocks a multiprocessor."""
     return min(255, SM_REGISTERS // (threads(config) * config["occ"]))
@@ -144,11 +153,8 @@ class DepthwiseTmaConv(KernelFamily):
     @staticmethod
     def tensor_map(instance: Instance, p: ConvProblem) -> TensorMap:
         """The correlation's input (x, or dy in backward-data), boxed as one item's tile."""
-        c = instance.settings
-        rows, cols = box(c)
         name, h, w = ("x", p.H, p.W) if p.op == "conv2d_fwd" else ("dy", p.P, p.Q)
-        return TensorMap(name, (p.C, w, h, p.N), (2 * p.C, 2 * p.C * w, 2 * p.C * w * h),
-                         (c["ch"], cols, rows, 1), swizzle=128 if c["ch"] == 64 else 0)
+        return channels_last_map(name, p, h, w, box(instance.settings), instance.settings)
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         names = ("x", "w", "y") if problem.op == "conv2d_fwd" else ("dy", "w", "dx")
@@ -210,12 +216,8 @@ class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem
-        rows, cols = box(c)
-        swizzle = 128 if c["ch"] == 64 else 0
-        x = TensorMap("x", (p.C, p.W, p.H, p.N), (2 * p.C, 2 * p.C * p.W, 2 * p.C * p.W * p.H),
-                      (c["ch"], cols, rows, 1), swizzle=swizzle)
-        dy = TensorMap("dy", (p.C, p.Q, p.P, p.N), (2 * p.C, 2 * p.C * p.Q, 2 * p.C * p.Q * p.P),
-                       (c["ch"], c["tile_w"], c["tile_h"], 1), swizzle=swizzle)
+        x = channels_last_map("x", p, p.H, p.W, box(c), c)
+        dy = channels_last_map("dy", p, p.P, p.Q, (c["tile_h"], c["tile_w"]), c)
         splits, n = self.splits(instance, p), p.tensor_elements()["weight"]
         return [Launch("conv2d_bwd_weight", (splits, _cdiv(p.C, c["ch"]), 1), (threads(c), 1, 1),
                        ("x", "dy", "workspace", conv_params(p), splits, x, dy),
