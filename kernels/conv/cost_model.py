@@ -61,7 +61,8 @@ def _grouped_mma_us(p: ConvProblem, c: dict) -> float:
 
 
 def _dw_tma_us(p: ConvProblem, c: dict) -> float:
-    useful = _tile_fill(p, c) * p.C / (-(-p.C // c["ch"]) * c["ch"])  # the last channel block's idle threads
+    # the last channel block's idle threads
+    useful = _tile_fill(p, c) * p.C / (-(-p.C // c["ch"]) * c["ch"])
     memory = p.min_bytes * (1.0 + 0.3 * (c["stride"] - 1)) / (BANDWIDTH * 0.6 * useful)
     return memory * 1e6 + 3.0 + (0.5 if c["stages"] == 2 else 0.0)
 
