@@ -8,7 +8,7 @@ import pytest
 
 from kernels.conv.dw_tma import (FAMILY, SM_SHARED, SMEM_OPT_IN, WEIGHT_FAMILY, blocks_per_sm,
                                  box, generate_configs, register_cap, shared_bytes, threads,
-                                 weight_shared_bytes)
+                                 weight_register_cap, weight_shared_bytes, weight_threads)
 from kernels.conv.problem import ConvProblem
 from kernels.family import SM_COUNT
 from tests.nvrtc_check import compile_failures
@@ -118,15 +118,18 @@ def test_backward_weight_configurations_fit():
     configs = WEIGHT_FAMILY.configs("conv2d_bwd_weight")
     assert configs and {c["stride"] for c in configs} == {1, 2}
     assert {c["fr"] for c in configs} == {3, 5, 7}
+    assert {c["cluster"] for c in configs} == {1, 4, 8} and {c["rows"] for c in configs} == {1, 2, 4}
     for c in configs:
-        assert register_cap(c) >= 168 and c["stages"] <= 3
+        assert weight_register_cap(c) >= 128 and c["stages"] <= 3
+        assert c["tile_h"] % c["rows"] == 0 and weight_threads(c) <= 512
         assert c["occ"] * (weight_shared_bytes(c) + 1024) <= SM_SHARED
-        assert weight_shared_bytes(c) >= c["fr"] ** 2 * c["vec"] * threads(c) * 4  # the sums
+        sums = c["fr"] ** 2 * (c["vec"] * (weight_threads(c) + 1) + c["ch"]) * 4
+        assert weight_shared_bytes(c) >= sums
     assert WEIGHT_FAMILY.instances("conv2d_fwd", "bf16") == []
     assert WEIGHT_FAMILY.instances("conv2d_bwd_weight", "fp32") == []
 
 
-def test_backward_weight_splits_the_tiles_over_the_resident_blocks():
+def test_backward_weight_splits_the_tiles_over_the_resident_blocks_or_a_cluster():
     for shape in (dict(N=32, C=144, K=144, G=144, H=56, W=56), dict(N=1, C=1152, K=1152,
                                                                    G=1152, H=7, W=7)):
         p = problem("conv2d_bwd_weight", **shape)
@@ -137,24 +140,30 @@ def test_backward_weight_splits_the_tiles_over_the_resident_blocks():
             blocks = -(-p.C // c["ch"])
             tiles = WEIGHT_FAMILY.items(inst, p) // blocks
             splits = WEIGHT_FAMILY.splits(inst, p)
-            assert 1 <= splits <= tiles
-            assert splits * blocks <= max(SM_COUNT * c["occ"], blocks)  # all resident
-            main, reduce = WEIGHT_FAMILY.launches(inst, p)
-            assert main.grid == (splits, blocks, 1)
+            launches = WEIGHT_FAMILY.launches(inst, p)
+            main = launches[0]
+            assert main.grid == (splits, blocks, 1) and main.block == (weight_threads(c), 1, 1)
             x, dy = main.args[-2:]
             assert x.buffer == "x" and x.box == (c["ch"], box(c)[1], box(c)[0], 1)
             assert dy.buffer == "dy" and dy.dims == (p.C, p.Q, p.P, p.N)
             assert dy.box == (c["ch"], c["tile_w"], c["tile_h"], 1)
+            if c["cluster"] > 1:  # the cluster's blocks meet in shared memory and write dw
+                assert splits == c["cluster"] and len(launches) == 1
+                assert main.args[2] == "dw" and WEIGHT_FAMILY.workspace_bytes(inst, p) == 0
+                continue
+            assert 1 <= splits <= tiles
+            assert splits * blocks <= max(SM_COUNT * c["occ"], blocks)  # all resident
+            reduce = launches[1]
+            assert main.args[2] == "workspace"
             assert reduce.args == ("workspace", "dw", p.C * 9, splits)
             assert WEIGHT_FAMILY.workspace_bytes(inst, p) == 4 * splits * p.C * 9
 
 
-def test_backward_weight_code_objects_compile_for_sm_90a():
+def test_backward_weight_code_objects_compile_for_sm_90a_without_spills():
     picked = {}
     for inst in WEIGHT_FAMILY.instances("conv2d_bwd_weight", "bf16"):
         c = inst.settings
-        picked.setdefault((c["ch"], c["fr"], c["tile_h"] * c["tile_w"], c["stride"],
-                           register_cap(c)), inst)
-    failures = compile_failures(WEIGHT_FAMILY, picked.values(), lambda inst: inst.operator,
-                                lambda inst: register_cap(inst.settings) == 255)
+        picked.setdefault((c["ch"], c["fr"], c["stride"], c["rows"], c["cluster"] > 1,
+                           weight_register_cap(c)), inst)
+    failures = compile_failures(WEIGHT_FAMILY, picked.values(), lambda inst: inst.operator)
     assert not failures, "\n".join(failures[:20])

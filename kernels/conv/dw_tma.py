@@ -13,6 +13,7 @@ more than are resident."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from kernels.conv.igemm import _cdiv
@@ -168,32 +169,69 @@ FAMILY = register(DepthwiseTmaConv())
 
 
 # Backward-weight (conv/dw_tma_bwd_weight.cu): the same tiles of dy with the input under them;
-# each split's sums in its slice of a workspace laid out as dw, then a launch that adds them.
+# the splits' sums meet either in slices of a workspace laid out as dw, added by a second
+# launch (cluster 1), or in the distributed shared memory of a thread-block cluster whose
+# blocks are the splits (cluster 2, 4 or 8: one launch, no workspace).
 REDUCE_BLOCK = 256
+WEIGHT_ROWS = (1, 2, 4)  # bands of a tile's rows, one a thread: more threads a block
+WEIGHT_CLUSTERS = (1, 4, 8)
+MAX_WEIGHT_THREADS = 512
+
+
+def weight_threads(config: dict[str, Any]) -> int:
+    return threads(config) * config.get("rows", 1)
+
+
+def weight_register_cap(config: dict[str, Any]) -> int:
+    return min(255, SM_REGISTERS // (weight_threads(config) * config["occ"]))
 
 
 def weight_shared_bytes(config: dict[str, Any]) -> int:
     """The stages (input box and dy box, each on a 1024-byte boundary) or, after them, the
-    block's column sums (FR * FR * vec floats a thread), whichever is larger."""
+    block's thread sums (FR * FR * vec rows of threads + 1 floats) and its channels' sums,
+    whichever is larger."""
     rows, cols = box(config)
-    ch, stage = config["ch"], 0
+    ch, stage, taps = config["ch"], 0, config["fr"] ** 2
     for pixels in (rows * cols, config["tile_h"] * config["tile_w"]):
         stage += _cdiv(pixels * 2 * ch, 1024) * 1024
-    sums = config["fr"] ** 2 * config["vec"] * threads(config) * 4
+    sums = (taps * config["vec"] * (weight_threads(config) + 1) + ch * taps) * 4
     return 1024 + max(config["stages"] * stage, sums) + 64
 
 
 def generate_weight_configs() -> list[dict[str, Any]]:
-    """conv_dw_tma's forward configurations of 2 or 3 stages whose boxes fit occ blocks, with
-    168 registers a thread or more (at 128 the FR x FR sums spill, as do 16 rows of 7x7)."""
-    return [c for c in generate_configs("conv2d_fwd") if c["stages"] <= 3
-            and register_cap(c) >= 168 and not (c["fr"] == 7 and c["tile_h"] > 8)
-            and c["occ"] * (weight_shared_bytes(c) + 1024) <= SM_SHARED]
+    """conv_dw_tma's forward tiles of at most 8 rows, each in bands of rows (at most 512
+    threads), and the splits' sums met in a workspace (1 or 2 bands, 2 or 3 stages) or in a
+    cluster of 4 or 8 blocks (1, 2 or 4 bands, 2 stages). A thread holds its band's dy rows
+    and FR x FR x vec sums in registers: at most 255 (occ the blocks that fit), or 128 for 3x3
+    bands of at most 2 rows of 16 or 32 channels (NVRTC: no spills; 64 channels' swizzled
+    addresses spill there, as do 7x7 stride-2 bands of 8 rows at 255); that many blocks'
+    shared memory must fit."""
+    out, tiles_seen = [], set()
+    for c in generate_configs("conv2d_fwd"):
+        tile = tuple((k, v) for k, v in c.items() if k not in ("occ", "stages"))
+        if c["tile_h"] > 8 or tile in tiles_seen:
+            continue
+        tiles_seen.add(tile)
+        for rows, cluster in itertools.product(WEIGHT_ROWS, WEIGHT_CLUSTERS):
+            base = {**c, "rows": rows, "cluster": cluster}
+            band = c["tile_h"] // rows
+            if (c["tile_h"] % rows or weight_threads(base) > MAX_WEIGHT_THREADS
+                    or (cluster == 1 and rows == 4)
+                    or (c["fr"] == 7 and c["stride"] == 2 and band > 4)):
+                continue
+            cap = 128 if c["fr"] == 3 and band <= 2 and c["ch"] <= 32 else 255
+            occ = SM_REGISTERS // (weight_threads(base) * cap)
+            for stages in (2, 3) if cluster == 1 else (2,):
+                config = {**base, "stages": stages, "occ": occ}
+                if occ and occ * (weight_shared_bytes(config) + 1024) <= SM_SHARED:
+                    out.append(config)
+    return out
 
 
 class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
     """conv_dw_tma's backward-weight: the splits of the output tiles, one block per split and
-    channel block, each writing its FR x FR sums into its own slice of the workspace."""
+    channel block; the splits' FR x FR sums meet in a workspace or in a cluster's shared
+    memory."""
 
     name = "conv_dw_tma_bwd_weight"
     operators = ("conv2d_bwd_weight",)
@@ -206,12 +244,17 @@ class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
         return KernelFamily.defines(self, instance)
 
     def splits(self, instance: Instance, p: ConvProblem) -> int:
-        """The resident blocks over the channel blocks, at most one a dy tile."""
+        """A cluster's blocks; without a cluster, the resident blocks over the channel blocks,
+        at most one a dy tile."""
         c = instance.settings
+        if c["cluster"] > 1:
+            return c["cluster"]
         spatial = self.items(instance, p) // _cdiv(p.C, c["ch"])
         return max(1, min(spatial, SM_COUNT * c["occ"] // _cdiv(p.C, c["ch"])))
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
+        if instance.settings["cluster"] > 1:
+            return 0
         return 4 * self.splits(instance, problem) * problem.tensor_elements()["weight"]
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
@@ -219,11 +262,15 @@ class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
         x = channels_last_map("x", p, p.H, p.W, box(c), c)
         dy = channels_last_map("dy", p, p.P, p.Q, (c["tile_h"], c["tile_w"]), c)
         splits, n = self.splits(instance, p), p.tensor_elements()["weight"]
-        return [Launch("conv2d_bwd_weight", (splits, _cdiv(p.C, c["ch"]), 1), (threads(c), 1, 1),
-                       ("x", "dy", "workspace", conv_params(p), splits, x, dy),
-                       weight_shared_bytes(c)),
-                Launch("dw_tma_reduce", (min(_cdiv(n, REDUCE_BLOCK), SM_COUNT * 4), 1, 1),
-                       (REDUCE_BLOCK, 1, 1), ("workspace", "dw", n, splits))]
+        clustered = c["cluster"] > 1
+        main = Launch("conv2d_bwd_weight", (splits, _cdiv(p.C, c["ch"]), 1),
+                      (weight_threads(c), 1, 1),
+                      ("x", "dy", "dw" if clustered else "workspace", conv_params(p), splits,
+                       x, dy), weight_shared_bytes(c))
+        if clustered:
+            return [main]
+        return [main, Launch("dw_tma_reduce", (min(_cdiv(n, REDUCE_BLOCK), SM_COUNT * 4), 1, 1),
+                             (REDUCE_BLOCK, 1, 1), ("workspace", "dw", n, splits))]
 
 
 WEIGHT_FAMILY = register(DepthwiseTmaBwdWeight())

@@ -2,18 +2,36 @@
 // (sm_90a), with conv_dw_tma's tiles (dw_tma.cuh). Block (split, channel block) walks the
 // output tiles split, split + splits, ... of its CH channels; each tile's dy and the input under
 // it (with its halo) arrive by two bulk tensor copies into one of STAGES stages, STAGES - 1 tiles
-// ahead. Thread t owns VEC channels of one dy column and keeps their FR x FR sums in registers
-// over all its tiles: it walks the tile's input rows once, each row's FR columns read once and
-// multiplied by the dy rows they meet. Then the block adds its columns' sums in shared memory
-// and writes them, fp32, into its split's slice of the workspace (laid out as dw: no atomics);
-// dw_tma_reduce adds the slices and converts.
+// ahead. Thread t owns VEC channels of one dy column in one of ROWS bands of the tile's rows and
+// keeps their FR x FR sums in registers over all its tiles: it walks its band's input rows once,
+// each row's FR columns read once and multiplied by the dy rows they meet. Then the block adds
+// its threads' sums in shared memory. The splits' sums meet without atomics, by one of two ways:
+// - CLUSTER == 1: each split writes them, fp32, into its slice of a workspace laid out as dw,
+//   and dw_tma_reduce adds the slices and converts;
+// - CLUSTER > 1: the splits are the CLUSTER blocks of a thread-block cluster; each leaves its
+//   sums in its shared memory and, after a cluster barrier, block r adds up every CLUSTER-th
+//   (channel, tap) over the cluster's blocks (distributed shared memory) and writes dw: one
+//   launch, no workspace.
 #define DW_OP 2
 #include "dw_tma.cuh"
 
+#ifndef ROWS
+#define ROWS 1
+#endif
+#ifndef CLUSTER
+#define CLUSTER 1
+#endif
+#if TILE_H % ROWS
+#error "ROWS must divide TILE_H"
+#endif
+#define BAND_H (TILE_H / ROWS)                   // dy rows of a band
+#define BAND_IN ((BAND_H - 1) * STRIDE + FR)      // input rows under a band
+#define WTHREADS (THREADS * ROWS)                 // a block's threads
 #define DY_BYTES (TILE_H * TILE_W * CH * 2)
 #define X_STAGE ((BOX_BYTES + 1023) / 1024 * 1024)
 #define TILE_STAGE (X_STAGE + (DY_BYTES + 1023) / 1024 * 1024)
-#define SUMS_BYTES (FR * FR * VEC * THREADS * 4)
+#define SUM_PITCH (WTHREADS + 1)                   // a (tap, channel of a piece)'s row of sums
+#define SUMS_BYTES (FR * FR * VEC * SUM_PITCH * 4 + CH * FR * FR * 4)
 #define REGION (STAGES * TILE_STAGE > SUMS_BYTES ? STAGES * TILE_STAGE : SUMS_BYTES)
 
 #if FARM_DTYPE == 0 || !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -21,7 +39,7 @@
 #error "conv_dw_tma_bwd_weight needs sm_90a (bulk tensor copies)"
 #endif
 // 16-bit elements only: fp32 instances are not generated; the stubs keep the source compilable.
-extern "C" __global__ void conv2d_bwd_weight(const elem_t*, const elem_t*, float*, ConvParams,
+extern "C" __global__ void conv2d_bwd_weight(const elem_t*, const elem_t*, void*, ConvParams,
                                              int) {}
 #else
 
@@ -39,16 +57,40 @@ __device__ __forceinline__ void fetch_pair(unsigned char* stage, const TensorMap
   sm90_tma_4d(stage + X_STAGE, map_dy, it.cb * CH, it.ow0, it.oh0, it.n, bar);
 }
 
+#if CLUSTER > 1
+// A barrier over the cluster's blocks (release/acquire: shared-memory writes before it are
+// seen by the other blocks' reads after it) and a float of block `rank`'s shared memory.
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+               ::: "memory");
+}
+__device__ __forceinline__ float cluster_read(const float* local, u32 rank) {
+  u32 remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote)
+               : "r"(sm90_smem(local)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+#endif
+
 }  // namespace dw
 
-extern "C" __global__ void __launch_bounds__(THREADS, OCC)
+#if CLUSTER > 1
+#define WEIGHT_KERNEL extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define WEIGHT_KERNEL extern "C" __global__ void
+#endif
+
+WEIGHT_KERNEL __launch_bounds__(WTHREADS, OCC)
 conv2d_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                  float* __restrict__ ws, ConvParams p, int splits,
+                  void* __restrict__ out, ConvParams p, int splits,
                   const __grid_constant__ TensorMap tmap_x,
                   const __grid_constant__ TensorMap tmap_dy) {
   using namespace dw;
   const Geometry g = geometry(p);
-  const int tid = threadIdx.x, piece = tid % PIECES, col = tid / PIECES;
+  const int tid = threadIdx.x, piece = tid % PIECES, col = (tid / PIECES) % TILE_W;
+  const int band = tid / THREADS, in0 = band * BAND_H * STRIDE, dy0 = band * BAND_H;
   const int split = blockIdx.x, cb = blockIdx.y, blocks = gridDim.y;
   const int spatial = g.N * ((g.Ho + TILE_H - 1) / TILE_H) * ((g.Wo + TILE_W - 1) / TILE_W);
   u64* bars;
@@ -74,23 +116,23 @@ conv2d_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
     const unsigned char* din = in + X_STAGE;
     sm90_mbar_wait(&bars[stage], (k / STAGES) & 1);
     // zeros outside x and past dy's edge (the boxes' fill), so every pixel of the tile counts
-    float dv[TILE_H][VEC];
+    float dv[BAND_H][VEC];
 #pragma unroll
-    for (int ih = 0; ih < IN_H; ++ih) {
-      if (ih % STRIDE == 0 && ih / STRIDE < TILE_H)  // dy row ih / STRIDE's first input row
-        unpack(*reinterpret_cast<const raw_t*>(din + box_offset((ih / STRIDE) * TILE_W + col,
-                                                                 piece)),
+    for (int ih = 0; ih < BAND_IN; ++ih) {
+      if (ih % STRIDE == 0 && ih / STRIDE < BAND_H)  // dy row ih / STRIDE's first input row
+        unpack(*reinterpret_cast<const raw_t*>(
+                   din + box_offset((dy0 + ih / STRIDE) * TILE_W + col, piece)),
                dv[ih / STRIDE]);
 #pragma unroll
       for (int s = 0; s < FR; ++s) {
         float u[VEC];
-        unpack(*reinterpret_cast<const raw_t*>(in + box_offset(ih * IN_W + col * STRIDE + s,
-                                                                piece)),
+        unpack(*reinterpret_cast<const raw_t*>(
+                   in + box_offset((in0 + ih) * IN_W + col * STRIDE + s, piece)),
                u);
 #pragma unroll
         for (int r = 0; r < FR; ++r) {
           const int d = ih - r;
-          if (d < 0 || d % STRIDE || d / STRIDE >= TILE_H) continue;
+          if (d < 0 || d % STRIDE || d / STRIDE >= BAND_H) continue;
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
             acc[r * FR + s][e] = fmaf(u[e], dv[d / STRIDE][e], acc[r * FR + s][e]);
@@ -103,23 +145,45 @@ conv2d_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
       fetch_pair(base + stage * TILE_STAGE, tmap_x, tmap_dy, &bars[stage],
                  item_of(next * blocks + cb, g), g);
   }
-  // The block's columns added up: sums[(t * VEC + e) * THREADS + thread], then per (channel, tap)
+  // The block's threads added up: sums[(t * VEC + e) * SUM_PITCH + thread] (the pitch keeps a
+  // warp's reads of one tap's channels in distinct banks), then per (tap, channel) into
+  // part[t * CH + channel].
   float* sums = reinterpret_cast<float*>(base);
+  float* part = sums + FR * FR * VEC * SUM_PITCH;
 #pragma unroll
   for (int t = 0; t < FR * FR; ++t)
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) sums[(t * VEC + e) * THREADS + tid] = acc[t][e];
+    for (int e = 0; e < VEC; ++e) sums[(t * VEC + e) * SUM_PITCH + tid] = acc[t][e];
   __syncthreads();
-  const int taps = FR * FR;
-  float* slice = ws + (long)split * g.C * taps;
-  for (int j = tid; j < CH * taps; j += THREADS) {
-    const int cl = j / taps, t = j - cl * taps, c = cb * CH + cl;
-    if (c >= g.C) break;  // j grows with c
-    const float* from = sums + (t * VEC + cl % VEC) * THREADS + cl / VEC;
+  constexpr int taps = FR * FR;
+  for (int j = tid; j < CH * taps; j += WTHREADS) {
+    const int t = j / CH, cl = j - t * CH;
+    const float* from = sums + (t * VEC + cl % VEC) * SUM_PITCH + cl / VEC;
     float total = 0.0f;
-    for (int q = 0; q < TILE_W; ++q) total += from[q * PIECES];
-    slice[c * taps + t] = total;
+#pragma unroll 4
+    for (int q = 0; q < WTHREADS / PIECES; ++q) total += from[q * PIECES];
+    part[j] = total;
   }
+#if CLUSTER > 1
+  cluster_barrier();
+  const u32 rank = (u32)split;  // the cluster spans the grid's x: its blocks are the splits
+  elem_t* dw = reinterpret_cast<elem_t*>(out);
+  for (int j = (int)rank * WTHREADS + tid; j < CH * taps; j += CLUSTER * WTHREADS) {
+    const int t = j / CH, c = cb * CH + (j - t * CH);
+    float total = 0.0f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) total += cluster_read(part + j, (u32)r);
+    if (c < g.C) dw[c * taps + t] = from_float(total);
+  }
+  cluster_barrier();  // the other blocks have read this block's sums
+#else
+  __syncthreads();
+  float* slice = reinterpret_cast<float*>(out) + (long)split * g.C * taps;
+  for (int j = tid; j < CH * taps; j += WTHREADS) {
+    const int t = j / CH, c = cb * CH + (j - t * CH);
+    if (c < g.C) slice[c * taps + t] = part[j];
+  }
+#endif
 }
 #endif
 
