@@ -156,6 +156,7 @@ def test_backward_weight_splits_the_tiles_over_the_resident_blocks_or_a_cluster(
             reduce = launches[1]
             assert main.args[2] == "workspace"
             assert reduce.args == ("workspace", "dw", p.C * 9, splits)
+            assert reduce.block == (256, 1, 1) and reduce.grid[0] * 32 >= min(p.C * 9, 132 * 4 * 32)
             assert WEIGHT_FAMILY.workspace_bytes(inst, p) == 4 * splits * p.C * 9
 
 

@@ -172,7 +172,8 @@ FAMILY = register(DepthwiseTmaConv())
 # the splits' sums meet either in slices of a workspace laid out as dw, added by a second
 # launch (cluster 1), or in the distributed shared memory of a thread-block cluster whose
 # blocks are the splits (cluster 2, 4 or 8: one launch, no workspace).
-REDUCE_BLOCK = 256
+REDUCE_BLOCK = 256  # dw_tma_reduce: 8 warps over the slices of 32 consecutive entries
+REDUCE_ENTRIES = 32
 WEIGHT_ROWS = (1, 2, 4)  # bands of a tile's rows, one a thread: more threads a block
 WEIGHT_CLUSTERS = (1, 4, 8)
 MAX_WEIGHT_THREADS = 512
@@ -269,8 +270,9 @@ class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
                        x, dy), weight_shared_bytes(c))
         if clustered:
             return [main]
-        return [main, Launch("dw_tma_reduce", (min(_cdiv(n, REDUCE_BLOCK), SM_COUNT * 4), 1, 1),
-                             (REDUCE_BLOCK, 1, 1), ("workspace", "dw", n, splits))]
+        blocks = min(_cdiv(n, REDUCE_ENTRIES), SM_COUNT * 4)
+        return [main, Launch("dw_tma_reduce", (blocks, 1, 1), (REDUCE_BLOCK, 1, 1),
+                             ("workspace", "dw", n, splits))]
 
 
 WEIGHT_FAMILY = register(DepthwiseTmaBwdWeight())
