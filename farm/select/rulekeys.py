@@ -262,14 +262,20 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
     if isinstance(family, dw.DwsepWgmmaResident):  # and _bulk, _cluster
         limits = _mc_limits(instances, lambda c, p: family.shared_bytes(c, p) <= dw.SMEM_OPT_IN)
 
-        def key(p: Any, copies: bool, npq: int) -> Hashable:
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
             return (p.R == p.S == 3, bisect_left(passes, p.K),
                     bisect_left(limits, p.MC)) if copies else None
     elif isinstance(family, dw.DwsepWgmmaSplit):
         waves = sorted({(c["tile_p"], c["tile_n"]) for c in configs})
         most_p, most_n = max(tile_p), max(tile_n)
 
-        def key(p: Any, copies: bool, npq: int) -> Hashable:
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
             if not copies:
                 return None
             # whether each tile's unsplit grid makes two waves already (all do where the
@@ -278,7 +284,10 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
                    tuple(-(-npq // t) * -(-p.K // n) >= 2 * SM_COUNT for t, n in waves))
             return p.R == p.S == 3, min(-(-p.MC // 64), 9), two
     elif isinstance(family, dw.DwsepWgmma):
-        def key(p: Any, copies: bool, npq: int) -> Hashable:
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
             return p.R == p.S == 3 if copies else None
     elif isinstance(family, dw.DwsepHalo):  # and _halo_tc
         tc = isinstance(family, dw.DwsepHaloTc)
@@ -288,7 +297,10 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
         tall = sorted({h for h, _ in halos if h > 8})
         wide = sorted({w for _, w in halos if w > 8})
 
-        def key(p: Any, copies: bool, npq: int) -> Hashable:
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
             if not copies or tc and (p.R, p.S, p.stride) != (5, 5, 1):
                 return None
             # spatial tiles of each tile shape, up to the most a block walks (all past it
@@ -299,23 +311,29 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             return (p.R, p.S, p.stride, _at_least(tall, 2 * p.P), _at_least(wide, 2 * p.Q),
                     chunk_class(p), few)
     elif isinstance(family, dw.DwsepStream):
-        def key(p: Any, copies: bool, npq: int) -> Hashable:
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
             return (copies, family.filter_case(p), copies and p.R * p.S,
                     walked > 1 and bisect_left(pixels, npq), chunk_class(p))
     elif isinstance(family, dw.DwsepResident):
         limits = _mc_limits(instances, lambda c, p: dw.DwsepTensorCore.refuses(
             family, family.instance(operator, instances[0].dtype, c), p) is None)
 
-        def key(p: Any, copies: bool, npq: int) -> Hashable:
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
             return bisect_left(passes, p.K), bisect_left(limits, p.MC)
     else:  # dwsep_chunked: the grid's limits only
-        def key(p: Any, copies: bool, npq: int) -> Hashable:
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
             return None
 
-    def checked(p: Any) -> Hashable:
-        copies, npq, huge = _dwsep_values(p)
-        return p if huge else key(p, copies, npq)
-    return checked
+    return key
 
 
 def _walking(family: Any, instances: Sequence[Instance], operator: str
