@@ -186,13 +186,13 @@ def _largest(ok: Callable[[int], bool], top: int = 2**31) -> int:
     return low
 
 
-def _mc_limits(instances: Sequence[Instance], fits: Callable[[dict, Any], bool]) -> list[int]:
+def _mc_limits(instances: Sequence[Instance], fits: Callable[[Instance, Any], bool]
+               ) -> list[int]:
     """Per instance the largest M*C whose shared memory `fits` (sorted): how many lie below a
     shape's M*C tells which instances fit it."""
     from types import SimpleNamespace
 
-    return sorted(_largest(lambda mc, c=i.settings: fits(c, SimpleNamespace(MC=mc)))
-                  for i in instances)
+    return sorted(_largest(lambda mc, i=i: fits(i, SimpleNamespace(MC=mc))) for i in instances)
 
 
 def _products(sizes: Sequence[int], seen: int) -> list[int]:
@@ -259,8 +259,9 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
     def chunk_class(p: Any) -> int:
         return chunks[min(-(-p.MC // 32), CHUNKS_SEEN)]
 
-    if isinstance(family, dw.DwsepWgmmaResident):  # and _bulk, _cluster
-        limits = _mc_limits(instances, lambda c, p: family.shared_bytes(c, p) <= dw.SMEM_OPT_IN)
+    if isinstance(family, dw.DwsepWgmmaResident):  # and the SHARED with it, each its own
+        limits = _mc_limits(instances, lambda i, p: get_family(i.family).shared_bytes(
+            i.settings, p) <= dw.SMEM_OPT_IN)
 
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
@@ -318,8 +319,8 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             return (copies, family.filter_case(p), copies and p.R * p.S,
                     walked > 1 and bisect_left(pixels, npq), chunk_class(p))
     elif isinstance(family, dw.DwsepResident):
-        limits = _mc_limits(instances, lambda c, p: dw.DwsepTensorCore.refuses(
-            family, family.instance(operator, instances[0].dtype, c), p) is None)
+        limits = _mc_limits(instances, lambda i, p: dw.DwsepTensorCore.refuses(family, i, p)
+                            is None)
 
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
@@ -362,11 +363,17 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
 }
 
 
+# families keyed together with another's: one key, computed once a shape, for the instances of
+# both, where the other's key reads all that theirs would (a few more masks, fewer keys a call)
+SHARED = {"dwsep_wgmma": "dwsep_wgmma_resident", "dwsep_wgmma_bulk": "dwsep_wgmma_resident",
+          "dwsep_wgmma_cluster": "dwsep_wgmma_resident", "dwsep_chunked": "dwsep_stream"}
+
+
 def rule_keys(family: KernelFamily, instances: Sequence[Instance], operator: str
               ) -> list[tuple[list[Instance], RuleKey]] | None:
-    """The family's rule keys over `instances` (its own, of `operator`): each for some of
-    them; None where it has none. A family without rules of its own has one key for every
-    shape."""
+    """The family's rule keys over `instances` (its own, of `operator`, and those of the
+    families SHARED with it): each for some of them; None where it has none. A family without
+    rules of its own has one key for every shape."""
     if type(family).applicable is KernelFamily.applicable:
         return [(list(instances), lambda p: None)]
     maker = KEYS.get(family.name)
@@ -395,7 +402,7 @@ class RuleMasks:
         self.rules = [get_family(i.family) for i in instances]
         rows: dict[str, list[int]] = {}
         for r, i in enumerate(instances):
-            rows.setdefault(i.family, []).append(r)
+            rows.setdefault(SHARED.get(i.family, i.family), []).append(r)
         self.instances = list(instances)
         self.keyed: list[tuple[RuleKey, np.ndarray, dict]] = []
         self.cased: list[tuple[Any, np.ndarray]] = []
@@ -409,8 +416,11 @@ class RuleMasks:
                                for part, key in keys]
                 continue
             self.unsure[index] = True
-            if type(family).compiled_case is not KernelFamily.compiled_case:
-                self.cased.append((family, index))
+            for member in {instances[r].family for r in members}:
+                own = get_family(member)
+                if type(own).compiled_case is not KernelFamily.compiled_case:
+                    self.cased.append((own, np.array([r for r in members
+                                                      if instances[r].family == member])))
         self.keys = [key for key, _, _ in self.keyed]
         self.masks: dict[tuple, RuleMask] = {}
 
