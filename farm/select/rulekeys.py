@@ -29,7 +29,6 @@ from kernels.registry import get_family
 RuleKey = Callable[[Any], Hashable]
 CACHE_LIMIT = 1 << 14  # masks kept per family and in all; past it they are computed afresh
 GRID_LIMIT = 2**31 - 1  # a grid's x blocks (int32)
-GRID_Z_LIMIT = 65535
 
 
 def _at_least(values: Sequence[int], limit: int) -> int:
@@ -51,6 +50,8 @@ def _gemm_key(family: Any, instances: Sequence[Instance], operator: str) -> Rule
     """conv_igemm and conv_wgmma (IGemmConv.applicable): the channels' residues against the
     loads' vectors, grid z, whether the tiles can overflow grid x, how many of the block sizes
     are idle on the GEMM (4x its M or N, above the smallest), and conv_wgmma's TMA modes."""
+    from kernels.conv.igemm import GRID_Z_LIMIT
+
     small_m, small_n = family.smallest_tiles(operator)
     bms = [b for b in _settings(instances, "block_m") if b > small_m]
     bns = [b for b in _settings(instances, "block_n") if b > small_n]
@@ -74,6 +75,7 @@ def _wgmma_split_key(family: Any, instances: Sequence[Instance], operator: str) 
     """conv_wgmma_split: conv_wgmma's key, and per tile and occupancy whether the resident
     blocks over the unsplit grid come to one slice (the rule that leaves the shape to
     conv_wgmma)."""
+    from kernels.conv.igemm import GRID_Z_LIMIT
     from kernels.conv.wgmma import blocks_per_sm
     from kernels.conv.wgmma_split import reduction_k_tiles
 
@@ -385,7 +387,8 @@ def rule_keys(family: KernelFamily, instances: Sequence[Instance], operator: str
 
 @dataclass(frozen=True)
 class RuleMask:
-    """The candidates a shape allows: one byte each (catalogue order), where `ctypes` points."""
+    """The candidates a shape allows: one byte each (catalogue order), where `address`
+    points."""
 
     mask: np.ndarray
     exact: bool  # the rules' answer for every candidate; else some are left to the rules
