@@ -152,17 +152,23 @@ class Selector:
                 return cost
             self._costs_of_c = run_of
 
-        # the allowed candidates ranked, guard included (an export older than rank has none)
-        rank = getattr(self._lib, symbol_prefix(self.operator, self.arch, self.dtype) + "_rank",
-                       None)
-        if rank is not None:
+        # the allowed candidates ranked, guard included, and the first of them (best: one
+        # value back); an export older than rank has neither
+        prefix = symbol_prefix(self.operator, self.arch, self.dtype)
+        rank, best = (getattr(self._lib, prefix + "_rank", None),
+                      getattr(self._lib, prefix + "_best", None))
+        if rank is not None and best is not None:
             rank.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-            rank.restype = ctypes.c_int
+            best.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            rank.restype = best.restype = ctypes.c_int
             chosen = (ctypes.c_int * len(self.catalogue))()
             chosen_ptr = ctypes.c_void_p(ctypes.addressof(chosen))
 
             def run_rank(problem: Problem, allowed: RuleMask, k: int) -> list[int]:
                 pack(shape, 0, *problem.number_values())
+                if k == 1:
+                    first = best(shape_ptr, allowed.address)
+                    return [first] if first >= 0 else []
                 return chosen[:rank(shape_ptr, allowed.address, k, chosen_ptr)]
             self._rank_c = run_rank
         return run
