@@ -15,7 +15,12 @@ each p50 and p99 (microseconds per `best` call), how many shapes each other expo
 same masks chooses as this checkout's does, the Python Selector's latency over this
 checkout's export, over the same export costing every candidate (no compiled-case mask) and
 over the baseline's (alternating rounds, medians), and how many of its choices match this
-checkout's C export. With --other-candidates RULE, a second model of the same data whose
+checkout's C export. With --baseline-rev, the Python Selector as it was at REV
+(farm/select/selector.py, git show) is timed in the same rounds over this checkout's export, and
+its choices compared. The Selector keeps the rules' answer per rule key (farm.select.rulekeys),
+so after the first round it meets no shape it has not seen: its first-sight latency (a fresh
+Selector, each shape once, in order) and how many masks the shapes needed are reported too.
+With --other-candidates RULE, a second model of the same data whose
 candidates another rule keeps (farm.select.train.kept_candidates) is timed in the same rounds,
 C and Python. Each model's anatomy: the allowed candidates per shape, its trees, and the
 interactions computed and tested per candidate. Writes bench/results/select_latency.json
@@ -34,6 +39,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -58,19 +64,44 @@ EVERY = "this checkout, every candidate allowed"
 OTHER = "this checkout, the other candidate rule's model"
 
 
-def generator_at(rev: str, folder: Path, text: str | None = None):
-    """farm/select/cexport.py as it was at `rev` (or `text`, its source, where the checkout
-    has no history), imported as a module of its own."""
+def module_at(rev: str, path: str, folder: Path, text: str | None = None):
+    """The module `path` (of this checkout) as it was at `rev` (or `text`, its source, where
+    the checkout has no history), imported as a module of its own."""
     if text is None:
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:farm/select/cexport.py"],
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
                               check=True, capture_output=True, text=True).stdout
-    path = folder / f"cexport_{rev}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(f"cexport_{rev}", path)
+    name = f"{Path(path).stem}_{rev}"
+    (folder / f"{name}.py").write_text(text)
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def generator_at(rev: str, folder: Path, text: str | None = None):
+    """farm/select/cexport.py as it was at `rev` (or `text`)."""
+    return module_at(rev, "farm/select/cexport.py", folder, text)
+
+
+def selector_at(rev: str, folder: Path):
+    """farm/select/selector.py as it was at `rev` (the rest of farm.select is this
+    checkout's)."""
+    return module_at(rev, "farm/select/selector.py", folder)
+
+
+def first_sight(selector: Selector, shapes) -> dict:
+    """p50 / p99 of each shape's first call to a fresh Selector, in order, and how many masks
+    the rule keys needed."""
+    times = []
+    for shape in shapes:
+        start = time.perf_counter()
+        selector.select(shape)
+        times.append(time.perf_counter() - start)
+    return {"p50_us": float(np.percentile(times, 50) * 1e6),
+            "p99_us": float(np.percentile(times, 99) * 1e6), "calls": len(times),
+            "masks": len(selector._masks.masks),
+            "exact_masks": sum(m.exact for m in selector._masks.masks.values())}
 
 
 def export_with(generate, files: dict[str, str], note: str, **options) -> str:
@@ -156,6 +187,8 @@ def main() -> None:
         folder = Path(scratch)
         old = (generator_at(args.baseline_rev, folder, args.baseline_file.read_text()
                             if args.baseline_file else None) if args.baseline_rev else None)
+        old_selector = (selector_at(args.baseline_rev, folder)
+                        if args.baseline_rev and not args.baseline_file else None)
         resources = no_resources if args.no_resources else compile_cache_resources(args.arch)
         store = open_store(f"sqlite:///{folder / 'recording.db'}")
         from farm.recording import import_recording
@@ -173,8 +206,9 @@ def main() -> None:
             baseline = f"at {args.baseline_rev}"
             if old is not None:
                 sources[baseline] = export_with(old.c_source, files, "baseline")
-            selector = Selector(files, "c")
             shapes = query_shapes(data, args.shapes)
+            fresh = first_sight(Selector(files, "c"), shapes)
+            selector = Selector(files, "c")
             masks = [selector.allowed(p) for p in shapes]
             sources[EVERY] = files[C_FILE]
             given = {name: masks for name in sources}
@@ -190,11 +224,15 @@ def main() -> None:
             timed, picks = time_exports(sources, prefix, numbers, given, folder / op,
                                         args.rounds_of_timing)
             # the Python Selector over this checkout's export, over the same export costing
-            # every candidate (no case mask), and over the baseline's, in alternating rounds
+            # every candidate (no mask, no ranking in C), over the baseline's, and the
+            # baseline's Selector over this checkout's export, in alternating rounds
             every = Selector(files, "c")
-            every._costs_of_c = None
+            every._costs_of_c = every._rank_c = None
             pythons = {"python_selector": selector.select,
                        "python_selector_every_candidate": every.select}
+            if old_selector is not None:
+                earlier = old_selector.Selector(files, "c")
+                pythons["python_selector_at_baseline"] = earlier.select
             if other is not None:
                 pythons["python_selector_other_candidates"] = other.select
             if old is not None:
@@ -218,7 +256,11 @@ def main() -> None:
                      "same_choice": agree.get(baseline),
                      "python_same_choice": f"{python_agree}/{len(shapes)}",
                      "python_every_candidate_same_choice": sum(
-                         every.select(p) == selector.select(p) for p in shapes)}
+                         every.select(p) == selector.select(p) for p in shapes),
+                     "python_selector_first_sight": fresh}
+            if old_selector is not None:
+                entry["python_same_choice_as_baseline_selector"] = sum(
+                    earlier.select(p) == selector.select(p) for p in shapes)
             if args.pruned:
                 entry["same_choice_pruned"] = agree[PRUNED]
             if other is not None:
@@ -234,6 +276,11 @@ def main() -> None:
                   f"C {line} | Python Selector p50 {python['p50_us']:.1f} us, every candidate "
                   f"costed {medians['python_selector_every_candidate']['p50_us']:.1f} us"
                   + (f" (baseline export {before['p50_us']:.1f} us)" if before else "")
+                  + (f" | baseline Selector p50 "
+                     f"{medians['python_selector_at_baseline']['p50_us']:.1f} us, same choice "
+                     f"{entry['python_same_choice_as_baseline_selector']}"
+                     if old_selector is not None else "")
+                  + f" | first sight p50 {fresh['p50_us']:.1f} us ({fresh['masks']} masks)"
                   + "".join(f" | same choice {n}: {a}" for n, a in agree.items())
                   + f" | Python as C: {entry['python_same_choice']} | {entry['anatomy']}"
                   + (f" | other rule: {entry['other_candidates']}, Python p50 "

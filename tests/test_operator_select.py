@@ -78,10 +78,11 @@ def test_c_export_chooses_as_python(trained, tmp_path, monkeypatch):
                           [p.number_values() for p in shapes], [fast.allowed(p) for p in shapes],
                           tmp_path)
     assert [fast.names[i] for i in picks] == slow.select_many(shapes) == fast.select_many(shapes)
-    if op == "dwsep_fwd":  # the C export costs only the candidates of the shape's compiled cases
-        assert fast._costs_of_c is not None and fast._case_families
-        costs = fast._choice_costs(shapes[0])
-        assert 0 < np.isfinite(costs).sum() < len(fast.names)
+    # the C export costs only the candidates the rules allow (an exact mask, by rule keys)
+    allowed = fast._masks(shapes[0])
+    assert allowed.exact and fast._costs_of_c is not None and fast._rank_c is not None
+    costs = fast._choice_costs(shapes[0], allowed)
+    assert 0 < np.isfinite(costs).sum() == sum(fast.allowed(shapes[0])) < len(fast.names)
     for name in spec.problem_type.TEXT_FIELDS:  # names cross the C export as their index
         assert len({getattr(p, name) for p in shapes}) > 1, f"the shapes vary {name}"
     if op != "groupnorm_bwd":

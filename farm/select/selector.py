@@ -6,10 +6,13 @@ and called through ctypes (microseconds), or from LightGBM's predict where no co
 family's applicability rules, so an instance that cannot serve the shape is never chosen
 (checking lazily gives the same answer as filtering first, at a fraction of the cost: the
 cheapest candidate alone is checked before any sorting, and it is most often the answer).
-Where families compile one instance per case of the shape (a filter size, a read path: their
-`compiled_case`), the C export costs only the candidates of the shape's cases: a mask looked
-up once per combination of cases, a necessary condition of the rules, so the choice is the
-same.
+The rules are asked in bulk first (farm.select.rulekeys): each family's rule key reduces a shape
+to what its rules read, and the rules' answer for the family's candidates is kept per key, so a
+shape costs its keys and a lookup. Where that answer is exact for every candidate (every family
+has a key), the C export costs the allowed candidates only and ranks them itself (its `rank`:
+the same order and guard); else it costs those a necessary condition leaves (the rules' answer
+where known, the compiled case of the shape otherwise: `compiled_case`) and the rest are
+checked one at a time as before.
 The guard (farm.select.guard) then puts a safe candidate first among the model's `depth` best:
 no reference-speed family and no shape far outside a candidate's measured support where a
 safer one is predicted close.
@@ -38,8 +41,8 @@ from farm.select.cexport import symbol_prefix
 from farm.select.export import C_FILE, MODEL, c_files, parse, read_bundle
 from farm.select.features import feature_matrix, instance_matrix, shape_numbers
 from farm.select.guard import guarded_order, reference_flags, safe_rows, support_fields
+from farm.select.rulekeys import RuleMask, RuleMasks
 from farm.select.train import cost_of
-from kernels.family import KernelFamily
 from kernels.registry import get_family, operator_spec
 
 BACKENDS = ("auto", "c", "lightgbm")
@@ -102,10 +105,9 @@ class Selector:
                         for r, lo, hi in zip(self._reference, self._low, self._high)]
         self.guard_depth = int(self.info.get("train_config", {}).get("guard_depth", 0))
         self._booster = lgb.Booster(model_str=files[MODEL])
-        # per family with compiled cases: its candidates, and the masks of each combination
-        self._case_families = self._case_members()
-        self._case_masks: dict[tuple, np.ndarray] = {}
-        self._costs_c = self._costs_of_c = None
+        # the candidates each shape allows, by the families' rule keys
+        self._masks = RuleMasks(self._instances, self.operator)
+        self._costs_c = self._costs_of_c = self._rank_c = None
         if backend != "lightgbm":
             self._costs_c = self._load_c(files.get(C_FILE) or c_files(files)[C_FILE])
             if self._costs_c is None and backend == "c":
@@ -144,37 +146,32 @@ class Selector:
             costs_of.argtypes = [ctypes.c_void_p] * 3
             costs_of.restype = ctypes.c_int
 
-            def run_of(problem: Problem, allowed: np.ndarray) -> np.ndarray:
+            def run_of(problem: Problem, allowed: RuleMask) -> np.ndarray:
                 pack(shape, 0, *problem.number_values())
-                costs_of(shape_ptr, ctypes.c_void_p(allowed.ctypes.data), cost_ptr)
+                costs_of(shape_ptr, allowed.address, cost_ptr)
                 return cost
             self._costs_of_c = run_of
+
+        # the allowed candidates ranked, guard included, and the first of them (best: one
+        # value back); an export older than rank has neither
+        prefix = symbol_prefix(self.operator, self.arch, self.dtype)
+        rank, best = (getattr(self._lib, prefix + "_rank", None),
+                      getattr(self._lib, prefix + "_best", None))
+        if rank is not None and best is not None:
+            rank.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+            best.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            rank.restype = best.restype = ctypes.c_int
+            chosen = (ctypes.c_int * len(self.catalogue))()
+            chosen_ptr = ctypes.c_void_p(ctypes.addressof(chosen))
+
+            def run_rank(problem: Problem, allowed: RuleMask, k: int) -> list[int]:
+                pack(shape, 0, *problem.number_values())
+                if k == 1:
+                    first = best(shape_ptr, allowed.address)
+                    return [first] if first >= 0 else []
+                return chosen[:rank(shape_ptr, allowed.address, k, chosen_ptr)]
+            self._rank_c = run_rank
         return run
-
-    def _case_members(self) -> list[tuple[Any, np.ndarray]]:
-        """(family, its candidates' indices) for each family of the catalogue whose instances
-        are compiled per case (farm kernels' compiled_case is not empty on some shape)."""
-        members: dict[str, list[int]] = {}
-        for i, family in enumerate(self._families):
-            if type(family).compiled_case is not KernelFamily.compiled_case:
-                members.setdefault(family.name, []).append(i)
-        return [(get_family(name), np.array(rows)) for name, rows in members.items()]
-
-    def _case_mask(self, problem: Problem) -> np.ndarray | None:
-        """One byte per candidate: 0 where its family's compiled case cannot serve `problem`
-        (None where no family has cases)."""
-        if not self._case_families:
-            return None
-        cases = tuple(tuple(f.compiled_case(problem).items()) for f, _ in self._case_families)
-        mask = self._case_masks.get(cases)
-        if mask is None:
-            mask = np.ones(len(self.catalogue), np.uint8)
-            for (family, rows), case in zip(self._case_families, cases):
-                for field, value in case:
-                    mask[rows[[self._instances[r].settings.get(field) != value
-                               for r in rows]]] = 0
-            self._case_masks[cases] = mask
-        return mask
 
     # Questions ---------------------------------------------------------------------------
     def problem(self, problem: Problem | Mapping[str, Any], arch: str | None = None
@@ -208,13 +205,11 @@ class Selector:
             return self._costs_c(problem)
         return self._costs_batch([problem])[0]
 
-    def _choice_costs(self, problem: Problem) -> np.ndarray:
-        """The costs the choice needs: those of the candidates of the shape's compiled cases
-        where the C export can skip the others (+inf for them), every candidate's otherwise."""
+    def _choice_costs(self, problem: Problem, allowed: RuleMask) -> np.ndarray:
+        """The costs the choice needs: those of the candidates `allowed` leaves where the C
+        export can skip the others (+inf for them), every candidate's otherwise."""
         if self._costs_of_c is not None:
-            mask = self._case_mask(problem)
-            if mask is not None:
-                return self._costs_of_c(problem, mask)
+            return self._costs_of_c(problem, allowed)
         return self._costs(problem)
 
     def _costs_batch(self, problems: Sequence[Problem]) -> np.ndarray:
@@ -242,17 +237,28 @@ class Selector:
                 return False
         return True
 
-    def _ranked(self, problem: Problem, cost: np.ndarray, k: int) -> list[str]:
-        """The k best applicable candidates, best first (ties: catalogue order), guarded."""
+    def _ranked(self, problem: Problem, cost: np.ndarray, k: int,
+                allowed: RuleMask | None = None) -> list[str]:
+        """The k best applicable candidates, best first (ties: catalogue order), guarded;
+        `allowed`: the rules' mask, where known (its exact candidates are not asked again)."""
         depth = self.guard_depth if self.guard_depth > 1 else 0
+        rules = self._rules
+        if allowed is not None:
+            mask, unsure = allowed.mask, self._masks.unsure
+
+            def ok(i: int) -> bool:
+                return bool(mask[i]) and (not unsure[i] or rules[i](problem) is None)
+        else:
+            def ok(i: int) -> bool:
+                return rules[i](problem) is None
         first = int(cost.argmin()) if k == 1 else -1  # the stable sort's first
-        if first >= 0 and self._rules[first](problem) is None and (
+        if first >= 0 and ok(first) and (
                 not depth or self._safe_one(problem.number_values(), first)):
             return [self.names[first]]
         order: list[int] = []
         plain = 0  # candidates of families that are not reference-speed, in the guard's head
         for i in np.argsort(cost, kind="stable"):
-            if self._rules[i](problem) is None:
+            if ok(i):
                 order.append(int(i))
                 plain += not self._reference[i]
                 if len(order) >= k and plain >= depth:
@@ -265,6 +271,17 @@ class Selector:
                                   [bool(self._reference[i]) for i in order])
         return [self.names[i] for i in order[:k]]
 
+    def _choose(self, problem: Problem, k: int) -> list[str]:
+        """The k best applicable candidates of a checked problem: ranked by the C export where
+        the rules' mask is exact, else checked lazily."""
+        allowed = self._masks(problem)
+        if allowed.exact and self._rank_c is not None and k >= 1:
+            chosen = self._rank_c(problem, allowed, k)
+            if not chosen:
+                raise SelectionError(f"no candidate instance can run {problem.label()}")
+            return [self.names[i] for i in chosen]
+        return self._ranked(problem, self._choice_costs(problem, allowed), k, allowed)
+
     def allowed(self, problem: Problem) -> list[bool]:
         """Whether each candidate's family rules let it run `problem` (catalogue order)."""
         return [rule(problem) is None for rule in self._rules]
@@ -272,22 +289,20 @@ class Selector:
     def top(self, problem: Problem | Mapping[str, Any], k: int,
             arch: str | None = None) -> list[str]:
         """The model's k best applicable instances, best first (measure them at run time)."""
-        problem = self.problem(problem, arch)
-        return self._ranked(problem, self._choice_costs(problem), k)
+        return self._choose(self.problem(problem, arch), k)
 
     def select(self, problem: Problem | Mapping[str, Any], arch: str | None = None) -> str:
         """The instance to launch for one shape."""
-        problem = self.problem(problem, arch)
-        return self._ranked(problem, self._choice_costs(problem), 1)[0]
+        return self._choose(self.problem(problem, arch), 1)[0]
 
     def select_many(self, problems: Sequence[Problem | Mapping[str, Any]],
                     arch: str | None = None) -> list[str]:
         """The instance for each shape of a batch."""
         checked = [self.problem(p, arch) for p in problems]
         if self._costs_c is not None:
-            return [self._ranked(p, self._choice_costs(p), 1)[0] for p in checked]
+            return [self._choose(p, 1)[0] for p in checked]
         costs = self._costs_batch(checked) if checked else []
-        return [self._ranked(p, c, 1)[0] for p, c in zip(checked, costs)]
+        return [self._ranked(p, c, 1, self._masks(p))[0] for p, c in zip(checked, costs)]
 
     def frame_safe(self, frame: Any) -> np.ndarray:
         """Whether each of a frame's pairs (shape fields and `kernel` per row) is safe for this
