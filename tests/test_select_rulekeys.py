@@ -1,15 +1,17 @@
-"""The families' rules asked in bulk (farm.select.rulekeys): every operator's families have a rule
-key, and the masks kept per key are the rules' answer on random shapes and the networks' (a
-rule that comes to read more of a shape than its family's key fails here); the Selector chooses
-as checking the rules one at a time, with every family keyed or with one left to the rules."""
+"""The families' rules asked in bulk (farm.select.rulekeys, the keys in each operator
+package's rulekeys): every operator's families have a rule key, and the masks kept per key are
+the rules' answer on random shapes and the networks' (a rule that comes to read more of a shape
+than its family's key fails here); the Selector chooses as checking the rules one at a time,
+with every family keyed or with one left to the rules."""
 
 import numpy as np
 import pytest
 
-from farm.select import rulekeys
 from farm.select.catalogue import candidate_families
 from farm.select.rulekeys import RuleMasks
 from farm.select.synthetic import network_shapes
+from kernels.conv import rulekeys as conv_keys
+from kernels.dwsep import rulekeys as dwsep_keys
 from kernels.registry import get_family, operator_spec
 
 DTYPE = "bf16"
@@ -60,15 +62,15 @@ def test_the_dwsep_counts_stop_where_the_rules_stop_comparing():
     """Chunk counts past CHUNKS_SEEN look alike to every split (none empty, steps past the
     stages), and the M*C limits are where shared memory stops fitting."""
     splits = [(32, 1, 4), (32, 8, 2), (64, 2, 2), (64, 4, 2), (64, 8, 2)]
-    n = rulekeys.CHUNKS_SEEN
-    assert {rulekeys._chunk_sees(q, splits) for q in range(n, 5000)} == {
-        rulekeys._chunk_sees(n, splits)}
-    assert rulekeys._chunk_sees(n - 1, splits) != rulekeys._chunk_sees(n, splits)  # no sooner
-    classes = rulekeys._chunk_classes(splits)
+    n = dwsep_keys.CHUNKS_SEEN
+    assert {dwsep_keys._chunk_sees(q, splits) for q in range(n, 5000)} == {
+        dwsep_keys._chunk_sees(n, splits)}
+    assert dwsep_keys._chunk_sees(n - 1, splits) != dwsep_keys._chunk_sees(n, splits)  # no sooner
+    classes = dwsep_keys._chunk_classes(splits)
     assert len(classes) == n + 1 and len(set(classes)) < n / 3
-    assert rulekeys._largest(lambda x: x <= 1234) == 1234
-    assert rulekeys._largest(lambda x: False) == -1
-    assert rulekeys._products([16, 64], 2) == [16, 32, 64, 128]
+    assert dwsep_keys._largest(lambda x: x <= 1234) == 1234
+    assert dwsep_keys._largest(lambda x: False) == -1
+    assert dwsep_keys._products([16, 64], 2) == [16, 32, 64, 128]
 
 
 def test_the_selector_chooses_as_the_rules_one_at_a_time(monkeypatch, tmp_path):
@@ -87,7 +89,7 @@ def test_the_selector_chooses_as_the_rules_one_at_a_time(monkeypatch, tmp_path):
     expected = [reference.select(p) for p in shapes]
     assert [fast.select(p) for p in shapes] == expected
     assert [fast.top(p, 3) for p in shapes[:40]] == [reference.top(p, 3) for p in shapes[:40]]
-    monkeypatch.delitem(rulekeys.KEYS, "conv_igemm")
+    monkeypatch.delitem(conv_keys.KEYS, "conv_igemm")
     mixed = type(fast)(env.files, "c")
     assert mixed._masks.unsure.any() and not all(mixed._masks(p).exact for p in shapes)
     assert [mixed.select(p) for p in shapes] == expected

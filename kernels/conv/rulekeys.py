@@ -1,0 +1,125 @@
+"""The convolution families' rule keys (farm/select/rulekeys.py): what each family's
+`applicable` reads of a shape, reduced to the values that decide it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from farm.select.rulekeys import RuleKey, _at_least, _settings
+from kernels.family import SM_COUNT, Instance
+
+GRID_LIMIT = 2**31 - 1  # a grid's x blocks (int32)
+
+
+def _gemm_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_igemm and conv_wgmma (IGemmConv.applicable): the channels' residues against the
+    loads' vectors, grid z, whether the tiles can overflow grid x, how many of the block sizes
+    are idle on the GEMM (4x its M or N, above the smallest), and conv_wgmma's TMA modes."""
+    from kernels.conv.igemm import GRID_Z_LIMIT
+
+    small_m, small_n = family.smallest_tiles(operator)
+    bms = [b for b in _settings(instances, "block_m") if b > small_m]
+    bns = [b for b in _settings(instances, "block_n") if b > small_n]
+    tma = "tma" in instances[0].settings if instances else False
+    rows_of = family.gemm_rows
+
+    def key(p: Any) -> Hashable:
+        m, n, _ = p.gemm
+        rows = rows_of(p)
+        z = p.G * p.stride_h * p.stride_w if p.op == "conv2d_bwd_data" else p.G
+        out = (p.C // p.G % 8, p.K // p.G % 8, z > GRID_Z_LIMIT, _at_least(bms, 4 * m),
+               _at_least(bns, 4 * n), (rows, n) if rows * n > GRID_LIMIT else None)
+        if tma:
+            out += ((p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.G)
+                    == (1, 1, 1, 1, 0, 0, 1), p.K // p.G % 64 == 0)
+        return out
+    return key
+
+
+def _wgmma_split_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_wgmma_split: conv_wgmma's key, and per tile and occupancy whether the resident
+    blocks over the unsplit grid come to one slice (the rule that leaves the shape to
+    conv_wgmma)."""
+    from kernels.conv.igemm import GRID_Z_LIMIT
+    from kernels.conv.wgmma import blocks_per_sm
+    from kernels.conv.wgmma_split import reduction_k_tiles
+
+    base = _gemm_key(family, instances, operator)
+    classes = sorted({(i.settings["block_m"], i.settings["block_n"],
+                       SM_COUNT * blocks_per_sm(i.settings)) for i in instances})
+    rows_of = family.gemm_rows
+
+    def key(p: Any) -> Hashable:
+        out = base(p)
+        z = family.unsplit_z(p)
+        if out[0] or out[1] or out[2] or GRID_Z_LIMIT // z <= 1 or reduction_k_tiles(p) < 4:
+            return out + (None,)  # refused by conv_wgmma's rules, or one slice for every tile
+        rows, n = rows_of(p), p.gemm[1]
+        return out + (tuple(resident < 2 * z * -(-rows // bm) * -(-n // bn)
+                            for bm, bn, resident in classes),)
+    return key
+
+
+def _direct_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_direct: depthwise or grouped and the widths' residues against vec and kpt, the
+    filter (square or not), stride, and the most channels a thread's taps fit in shared memory
+    for; the instances that stage their input tile ask the family (few)."""
+    staged = [i for i in instances if i.settings.get("smem")]
+    weight = operator == "conv2d_bwd_weight"
+
+    def key(p: Any) -> Hashable:
+        cg, kg = p.C // p.G, p.K // p.G
+        square = p.R if p.R == p.S else -1
+        if cg == 1 and kg == 1:
+            out: tuple = (0, p.G % 8, square)
+        elif cg > 16 or kg > 16:
+            return None  # no instance serves such wide groups
+        else:
+            red, own = (kg, cg) if operator == "conv2d_bwd_data" else (cg, kg)
+            out = (1, red % 8, own % 8, square)
+        if weight:
+            return out
+        width = cg if operator == "conv2d_fwd" else kg
+        out += (min(8, 12288 // (p.R * p.S * width)), (p.stride_h, p.stride_w) != (1, 1))
+        if out[0] == 0 and staged:
+            out += (tuple(family._fits(i, p) for i in staged if i.settings["fr"] == square),)
+        return out
+    return key
+
+
+def _grouped_mma_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_grouped_mma (both): square groups of C a multiple of 8 only, the group width, and
+    what the staged tile's extent reads (filter, stride, dilation; backward-data's padding)."""
+    widest = max(_settings(instances, "width"), default=0)
+    padded = operator == "conv2d_bwd_data"
+
+    def key(p: Any) -> Hashable:
+        cg = p.C // p.G
+        if cg != p.K // p.G or p.C % 8 or cg > widest:
+            return None
+        out = (cg, p.R, p.S, p.stride_h, p.stride_w, p.dil_h, p.dil_w)
+        return out + (p.pad_h, p.pad_w) if padded else out
+    return key
+
+
+def _dw_tma_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_dw_tma (both): depthwise with C a multiple of 8, the square filter and stride it is
+    compiled for, no dilation, and backward-data's padding."""
+    def key(p: Any) -> Hashable:
+        if p.C != p.G or p.K != p.G or p.C % 8:
+            return None
+        return (p.R if p.R == p.S else -1, p.stride_h if p.stride_h == p.stride_w else -1,
+                (p.dil_h, p.dil_w) == (1, 1),
+                operator == "conv2d_bwd_data" and max(p.pad_h, p.pad_w) > p.R - 1)
+    return key
+
+
+
+# family name -> its key's maker (family, the catalogue's instances of it, operator)
+KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
+    "conv_igemm": _gemm_key, "conv_wgmma": _gemm_key, "conv_wgmma_split": _wgmma_split_key,
+    "conv_direct": _direct_key, "conv_grouped_mma": _grouped_mma_key,
+    "conv_grouped_mma_bwd_weight": _grouped_mma_key, "conv_dw_tma": _dw_tma_key,
+    "conv_dw_tma_bwd_weight": _dw_tma_key,
+}
