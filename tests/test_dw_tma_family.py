@@ -8,7 +8,7 @@ import pytest
 
 from kernels.conv.dw_tma import (FAMILY, SM_SHARED, SMEM_OPT_IN, WEIGHT_FAMILY, blocks_per_sm,
                                  box, generate_configs, register_cap, shared_bytes, threads,
-                                 weight_register_cap, weight_shared_bytes, weight_threads)
+                                 weight_shared_bytes)
 from kernels.conv.problem import ConvProblem
 from kernels.family import SM_COUNT
 from tests.nvrtc_check import compile_failures
@@ -118,12 +118,13 @@ def test_backward_weight_configurations_fit():
     configs = WEIGHT_FAMILY.configs("conv2d_bwd_weight")
     assert configs and {c["stride"] for c in configs} == {1, 2}
     assert {c["fr"] for c in configs} == {3, 5, 7}
-    assert {c["cluster"] for c in configs} == {1, 4, 8} and {c["rows"] for c in configs} == {1, 2, 4}
+    assert {c["cluster"] for c in configs} == {1, 4, 8}
+    assert {c["rows"] for c in configs} == {1, 2, 4}
     for c in configs:
-        assert weight_register_cap(c) >= 128 and c["stages"] <= 3
-        assert c["tile_h"] % c["rows"] == 0 and weight_threads(c) <= 512
+        assert register_cap(c) >= 128 and c["stages"] <= 3
+        assert c["tile_h"] % c["rows"] == 0 and threads(c) <= 512
         assert c["occ"] * (weight_shared_bytes(c) + 1024) <= SM_SHARED
-        sums = c["fr"] ** 2 * (c["vec"] * (weight_threads(c) + 1) + c["ch"]) * 4
+        sums = c["fr"] ** 2 * (c["vec"] * (threads(c) + 1) + c["ch"]) * 4
         assert weight_shared_bytes(c) >= sums
     assert WEIGHT_FAMILY.instances("conv2d_fwd", "bf16") == []
     assert WEIGHT_FAMILY.instances("conv2d_bwd_weight", "fp32") == []
@@ -142,7 +143,7 @@ def test_backward_weight_splits_the_tiles_over_the_resident_blocks_or_a_cluster(
             splits = WEIGHT_FAMILY.splits(inst, p)
             launches = WEIGHT_FAMILY.launches(inst, p)
             main = launches[0]
-            assert main.grid == (splits, blocks, 1) and main.block == (weight_threads(c), 1, 1)
+            assert main.grid == (splits, blocks, 1) and main.block == (threads(c), 1, 1)
             x, dy = main.args[-2:]
             assert x.buffer == "x" and x.box == (c["ch"], box(c)[1], box(c)[0], 1)
             assert dy.buffer == "dy" and dy.dims == (p.C, p.Q, p.P, p.N)
@@ -165,6 +166,6 @@ def test_backward_weight_code_objects_compile_for_sm_90a_without_spills():
     for inst in WEIGHT_FAMILY.instances("conv2d_bwd_weight", "bf16"):
         c = inst.settings
         picked.setdefault((c["ch"], c["fr"], c["stride"], c["rows"], c["cluster"] > 1,
-                           weight_register_cap(c)), inst)
+                           register_cap(c)), inst)
     failures = compile_failures(WEIGHT_FAMILY, picked.values(), lambda inst: inst.operator)
     assert not failures, "\n".join(failures[:20])

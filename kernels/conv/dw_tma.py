@@ -35,7 +35,9 @@ REGISTER_CAPS = (255, 168, 128)  # a thread's registers under the launch bounds 
 
 
 def threads(config: dict[str, Any]) -> int:
-    return config["ch"] // config["vec"] * config["tile_w"]
+    """A block's threads: vec channels of one column each, in every band of rows (`rows`,
+    backward-weight only)."""
+    return config["ch"] // config["vec"] * config["tile_w"] * config.get("rows", 1)
 
 
 def box(config: dict[str, Any]) -> tuple[int, int]:
@@ -171,20 +173,12 @@ FAMILY = register(DepthwiseTmaConv())
 # Backward-weight (conv/dw_tma_bwd_weight.cu): the same tiles of dy with the input under them;
 # the splits' sums meet either in slices of a workspace laid out as dw, added by a second
 # launch (cluster 1), or in the distributed shared memory of a thread-block cluster whose
-# blocks are the splits (cluster 2, 4 or 8: one launch, no workspace).
+# blocks are the splits (cluster 4 or 8: one launch, no workspace).
 REDUCE_BLOCK = 256  # dw_tma_reduce: 8 warps over the slices of 32 consecutive entries
 REDUCE_ENTRIES = 32
 WEIGHT_ROWS = (1, 2, 4)  # bands of a tile's rows, one a thread: more threads a block
 WEIGHT_CLUSTERS = (1, 4, 8)
 MAX_WEIGHT_THREADS = 512
-
-
-def weight_threads(config: dict[str, Any]) -> int:
-    return threads(config) * config.get("rows", 1)
-
-
-def weight_register_cap(config: dict[str, Any]) -> int:
-    return min(255, SM_REGISTERS // (weight_threads(config) * config["occ"]))
 
 
 def weight_shared_bytes(config: dict[str, Any]) -> int:
@@ -195,7 +189,7 @@ def weight_shared_bytes(config: dict[str, Any]) -> int:
     ch, stage, taps = config["ch"], 0, config["fr"] ** 2
     for pixels in (rows * cols, config["tile_h"] * config["tile_w"]):
         stage += _cdiv(pixels * 2 * ch, 1024) * 1024
-    sums = (taps * config["vec"] * (weight_threads(config) + 1) + ch * taps) * 4
+    sums = (taps * config["vec"] * (threads(config) + 1) + ch * taps) * 4
     return 1024 + max(config["stages"] * stage, sums) + 64
 
 
@@ -216,12 +210,12 @@ def generate_weight_configs() -> list[dict[str, Any]]:
         for rows, cluster in itertools.product(WEIGHT_ROWS, WEIGHT_CLUSTERS):
             base = {**c, "rows": rows, "cluster": cluster}
             band = c["tile_h"] // rows
-            if (c["tile_h"] % rows or weight_threads(base) > MAX_WEIGHT_THREADS
+            if (c["tile_h"] % rows or threads(base) > MAX_WEIGHT_THREADS
                     or (cluster == 1 and rows == 4)
                     or (c["fr"] == 7 and c["stride"] == 2 and band > 4)):
                 continue
             cap = 128 if c["fr"] == 3 and band <= 2 and c["ch"] <= 32 else 255
-            occ = SM_REGISTERS // (weight_threads(base) * cap)
+            occ = SM_REGISTERS // (threads(base) * cap)
             for stages in (2, 3) if cluster == 1 else (2,):
                 config = {**base, "stages": stages, "occ": occ}
                 if occ and occ * (weight_shared_bytes(config) + 1024) <= SM_SHARED:
@@ -265,7 +259,7 @@ class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
         splits, n = self.splits(instance, p), p.tensor_elements()["weight"]
         clustered = c["cluster"] > 1
         main = Launch("conv2d_bwd_weight", (splits, _cdiv(p.C, c["ch"]), 1),
-                      (weight_threads(c), 1, 1),
+                      (threads(c), 1, 1),
                       ("x", "dy", "dw" if clustered else "workspace", conv_params(p), splits,
                        x, dy), weight_shared_bytes(c))
         if clustered:

@@ -135,9 +135,9 @@ class ConvOperator(OperatorSpec):
                    "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["sg"] * cfg["width"],
                    "block_k": cfg["width"]}
         if "ch" in cfg:  # conv_dw_tma: vec channels of one output column a thread
-            from kernels.conv.dw_tma import weight_threads
+            from kernels.conv.dw_tma import threads as dw_threads
 
-            cfg = {**cfg, "block": weight_threads(dict(cfg)),
+            cfg = {**cfg, "block": dw_threads(dict(cfg)),
                    "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["ch"]}
         threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_n" in cfg
                           else 128 * (cfg["block_m"] // 64 + cfg["producers"])
