@@ -29,6 +29,14 @@ def test_config_space():
             assert 64 <= threads(c) <= 512 and threads(c) % 32 == 0
             assert c["occ"] * threads(c) <= 2048 and register_cap(c) >= 128
             assert max(box(c)) <= 256  # a tensor map's box dimension
+            if c["rows"] > 1:  # bands of at least 2 rows, 2 stages
+                assert c["tile_h"] % c["rows"] == 0 and c["tile_h"] // c["rows"] >= 2
+                assert c["stages"] == 2
+        assert {c["rows"] for c in configs} == {1, 2, 4}
+        banded = {(c["ch"], c["tile_h"], c["tile_w"], c["fr"], c["stride"]) for c in configs
+                  if c["rows"] > 1}
+        assert banded and all(c["ch"] // c["vec"] * c["tile_w"] * c["rows"] == threads(c)
+                              for c in configs)
     assert {c["stride"] for c in generate_configs("conv2d_bwd_data")} == {1}
     assert {c["stride"] for c in generate_configs("conv2d_fwd")} == {1, 2}
     assert FAMILY.instances("conv2d_fwd", "fp32") == []
@@ -101,14 +109,14 @@ def test_grid_is_persistent_and_covers_the_items():
 
 
 def test_code_objects_compile_for_sm_90a():
-    """One code object per channel block, tile, stride and register bound, both directions:
-    those with 255 registers spill nothing. The GPU test compiles and verifies every one."""
+    """One code object per channel block, tile, stride, register bound and bands of rows, both
+    directions: those with 255 registers spill nothing. The GPU test compiles and verifies every one."""
     picked = {}
     for op in ("conv2d_fwd", "conv2d_bwd_data"):
         for inst in FAMILY.instances(op, "bf16"):
             c = inst.settings
             picked.setdefault((op, c["ch"], c["fr"], c["tile_h"] * c["tile_w"], c["stride"],
-                               register_cap(c)), inst)
+                               register_cap(c), c["rows"]), inst)
     failures = compile_failures(FAMILY, picked.values(), lambda inst: inst.operator,
                                 lambda inst: register_cap(inst.settings) == 255)
     assert not failures, "\n".join(failures[:20])

@@ -1,7 +1,7 @@
 // What conv_dw_tma's kernels share (dw_tma.cu: forward and backward-data; dw_tma_bwd_weight.cu:
-// backward-weight): the configuration macros, the geometry of a direction, the boxes' layout in
-// shared memory, the loads and stores of VEC 16-bit elements, the work items and the bulk tensor
-// copy of an item's haloed input tile.
+// backward-weight): the configuration macros (ROWS: the bands of a tile's rows, a thread in
+// one), the geometry of a direction, the boxes' layout in shared memory, the loads and stores of
+// VEC 16-bit elements, the work items and the bulk tensor copy of an item's haloed input tile.
 #pragma once
 #include "../common.cuh"
 #include "../mma_sync.cuh"
@@ -34,11 +34,19 @@
 #ifndef OCC
 #define OCC 1
 #endif
+#ifndef ROWS
+#define ROWS 1
+#endif
+#if TILE_H % ROWS
+#error "ROWS must divide TILE_H"
+#endif
 
 #define PIECES (CH / VEC)
 #define THREADS (PIECES * TILE_W)
 #define IN_H ((TILE_H - 1) * STRIDE + FR)
 #define IN_W ((TILE_W - 1) * STRIDE + FR)
+#define BAND_H (TILE_H / ROWS)                   // output (or dy) rows of a band, one a thread
+#define BAND_IN ((BAND_H - 1) * STRIDE + FR)      // input rows under a band
 #define BOX_BYTES (IN_H * IN_W * CH * 2)
 #define STAGE_BYTES ((BOX_BYTES + 1023) / 1024 * 1024)
 

@@ -2,14 +2,14 @@
 Hopper's tensor memory accelerator (conv/dw_tma.cu, sm_90a only): persistent blocks take
 (block of `ch` channels, output tile) items, each item's haloed input tile arriving in shared
 memory by one bulk tensor copy (zeros outside the input: the padding) `stages` - 1 items ahead;
-a thread owns `vec` channels of one output column and walks the tile's input rows once,
-writing each output row as soon as its last input row is in. Compiled per filter size (`fr`,
-R == S: 3, 5 or 7, with `vec` 8, 4 or 2 so that the taps fit in registers) and stride (both
-directions; backward-data stride 1 only); `ch` 16 or 32 for narrow layers, where 64 would
-leave most of a block idle. bf16 and fp16, C a multiple of 8
-(the tensor map's row pitch). `occ` blocks share a multiprocessor: the launch bounds hold the
-registers to 255, 168 or 128 a thread so that they fit, and the persistent grid launches no
-more than are resident."""
+a thread owns `vec` channels of one output column in one of `rows` bands of the tile's rows and
+walks the band's input rows once, writing each output row as soon as its last input row is in.
+Compiled per filter size (`fr`, R == S: 3, 5 or 7, with `vec` 8, 4 or 2 so that the taps fit in
+registers) and stride (both directions; backward-data stride 1 only); `ch` 16 or 32 for narrow
+layers, where 64 would leave most of a block idle. bf16 and fp16, C a multiple of 8 (the tensor
+map's row pitch). `occ` blocks share a multiprocessor: the launch bounds hold the registers to
+255, 168 or 128 a thread so that they fit, and the persistent grid launches no more than are
+resident."""
 
 from __future__ import annotations
 
@@ -32,11 +32,12 @@ SMEM_OPT_IN = 227 * 1024
 SM_SHARED = 228 * 1024
 SM_REGISTERS = 65536
 REGISTER_CAPS = (255, 168, 128)  # a thread's registers under the launch bounds (occ)
+BANDS = (1, 2, 4)  # bands of a tile's rows, a thread in one
+MAX_BANDED_THREADS = 512
 
 
 def threads(config: dict[str, Any]) -> int:
-    """A block's threads: vec channels of one column each, in every band of rows (`rows`,
-    backward-weight only)."""
+    """A block's threads: vec channels of one column each, in every band of rows."""
     return config["ch"] // config["vec"] * config["tile_w"] * config.get("rows", 1)
 
 
@@ -66,21 +67,27 @@ def tiles(ch: int, vec: int) -> list[tuple[int, int]]:
 def generate_configs(op: str) -> list[dict[str, Any]]:
     """Every channel block, tile, filter and stride with 2, 3 and 4 stages, and the blocks a
     multiprocessor (occ) that hold the registers to 255, 168 and 128 a thread (128: tiles of at
-    most 8 rows, the others spill), where that many blocks' shared memory fits."""
+    most 8 rows in one band, bands of 2 rows; the others spill), where that many blocks' shared
+    memory fits. A tile's rows in one band a thread, or (2 stages) in 2 or 4 bands of at least 2
+    rows, at most MAX_BANDED_THREADS a block: for small maps, whose few items leave each thread a
+    long chain."""
     out = []
     for fr, vec in VECTORS.items():
         for stride in STRIDES[op]:
             for ch in CHANNEL_BLOCKS:
-                for th, tw in tiles(ch, vec):
+                for (th, tw), rows in itertools.product(tiles(ch, vec), BANDS):
                     base = {"ch": ch, "vec": vec, "tile_h": th, "tile_w": tw, "fr": fr,
                             "stride": stride}
-                    caps = REGISTER_CAPS if th <= 8 else REGISTER_CAPS[:2]
-                    occs = sorted({SM_REGISTERS // (threads(base) * cap) for cap in caps})
-                    for stages in (2, 3, 4):
-                        for occ in occs:
-                            config = {**base, "stages": stages, "occ": occ}
-                            if occ * (shared_bytes(config) + 1024) <= SM_SHARED:
-                                out.append(config)
+                    if rows > 1 and (th % rows or th // rows < 2
+                                     or threads(base) * rows > MAX_BANDED_THREADS):
+                        continue
+                    caps = REGISTER_CAPS if th // rows <= (8 if rows == 1 else 2) \
+                        else REGISTER_CAPS[:2]
+                    occs = sorted({SM_REGISTERS // (threads(base) * rows * cap) for cap in caps})
+                    for stages, occ in itertools.product((2, 3, 4) if rows == 1 else (2,), occs):
+                        config = {**base, "stages": stages, "occ": occ, "rows": rows}
+                        if occ and occ * (shared_bytes(config) + 1024) <= SM_SHARED:
+                            out.append(config)
     return out
 
 
@@ -204,7 +211,7 @@ def generate_weight_configs() -> list[dict[str, Any]]:
     out, tiles_seen = [], set()
     for c in generate_configs("conv2d_fwd"):
         tile = tuple((k, v) for k, v in c.items() if k not in ("occ", "stages"))
-        if c["tile_h"] > 8 or tile in tiles_seen:
+        if c.pop("rows") > 1 or c["tile_h"] > 8 or tile in tiles_seen:
             continue
         tiles_seen.add(tile)
         for rows, cluster in itertools.product(WEIGHT_ROWS, WEIGHT_CLUSTERS):

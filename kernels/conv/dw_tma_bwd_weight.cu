@@ -15,17 +15,9 @@
 #define DW_OP 2
 #include "dw_tma.cuh"
 
-#ifndef ROWS
-#define ROWS 1
-#endif
 #ifndef CLUSTER
 #define CLUSTER 1
 #endif
-#if TILE_H % ROWS
-#error "ROWS must divide TILE_H"
-#endif
-#define BAND_H (TILE_H / ROWS)                   // dy rows of a band
-#define BAND_IN ((BAND_H - 1) * STRIDE + FR)      // input rows under a band
 #define WTHREADS (THREADS * ROWS)                 // a block's threads
 #define DY_BYTES (TILE_H * TILE_W * CH * 2)
 #define X_STAGE ((BOX_BYTES + 1023) / 1024 * 1024)
