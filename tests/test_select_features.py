@@ -126,6 +126,25 @@ def test_one_shape_broadcast_equals_rows(op, n, c, g, h, r, stride):
     np.testing.assert_array_equal(single, rows)
 
 
+@pytest.mark.parametrize("op", CONV_OPERATORS)
+def test_the_2d_tiled_families_items_are_their_grid(op):
+    """conv_dw_tma's items, as the features count them, are the work items its launch walks:
+    the tiles of the direction's map times the channel blocks."""
+    shape = dict(N=3, C=200, K=200, G=200, H=15, W=13, R=3, S=3, stride_h=1, stride_w=1,
+                 pad_h=1, pad_w=1, dil_h=1, dil_w=1)
+    problem = ConvProblem(op=op, dtype="bf16", **shape)
+    family = get_family("conv_dw_tma_bwd_weight" if op == "conv2d_bwd_weight" else "conv_dw_tma")
+    entries = [e for e in build_catalogue(op, "bf16") if e.family == family.name]
+    assert entries
+    _, rows = features_of(op, shape, entries)
+    instances = {i.config: i for i in family.instances(op, "bf16")}
+    for entry, row in zip(entries, rows):
+        c = dict(entry.config)
+        assert row["items"] == family.items(instances[entry.config], problem)
+        assert row["channel_fill"] == 200 / (-(-200 // c["ch"]) * c["ch"])
+        assert 0 < row["spatial_fill"] <= 1
+
+
 def test_efficiency_against_the_oracle():
     frame = pd.DataFrame({
         "problem": [0, 0, 0, 0, 1, 1, 1],

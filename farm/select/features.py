@@ -26,7 +26,7 @@ from farm.select.catalogue import CatalogueEntry, candidate_families
 from farm.select.device import DeviceInfo
 from kernels.registry import operator_spec
 
-FEATURE_VERSION = 4
+FEATURE_VERSION = 5
 CONSTANTS = ("sm_count", "l2_bytes", "bandwidth_gbps", "peak_tflops", "elem_bytes")
 INSTANCE = ("threads", "tile_m", "tile_n", "tile_k", "tile_w", "split", "c_split", "tiles", "vec",
             "filter", "registers", "shared_bytes", "spill_bytes", "occupancy")

@@ -21,6 +21,9 @@ GENERATE_ORDER = ("N", "C", "K", "G", "H", "W", "R", "S", "stride_h", "stride_w"
 _GEMM = {"conv2d_fwd": ("N*P*Q", "Kg", "Cg*R*S"),
          "conv2d_bwd_data": ("N*H*W", "Cg", "Kg*R*S"),
          "conv2d_bwd_weight": ("Kg", "Cg*R*S", "N*P*Q")}
+# The map a direction's spatial tiles cover: its output (dx in backward-data), dy in
+# backward-weight.
+_MAP = {"conv2d_fwd": ("P", "Q"), "conv2d_bwd_data": ("H", "W"), "conv2d_bwd_weight": ("P", "Q")}
 INTERACTIONS = (
     ("tiles_m", "cdiv(gemm_m, tile_m)"), ("fill_m", "(gemm_m - (tiles_m - 1) * tile_m) / tile_m"),
     ("tiles_n", "cdiv(gemm_n, tile_n)"), ("fill_n", "(gemm_n - (tiles_n - 1) * tile_n) / tile_n"),
@@ -40,6 +43,15 @@ INTERACTIONS = (
     ("tile_bound_us", "vmax(padded_flops / (peak_tflops * 1e6 * wave_fill * sm_share), "
                       "operand_bytes / (bandwidth_gbps * 1e3))"),
     ("tile_bound_ratio", "tile_bound_us / roofline_us"),
+    # the 2-D view of the families whose tiles are tile_m / tile_w rows of tile_w pixels and
+    # tile_n channels (conv_dw_tma, conv_grouped_mma): their items, waves and idle tile slots
+    ("spatial_tiles", "N * cdiv(map_h, tile_m / tile_w) * cdiv(map_w, tile_w)"),
+    ("channel_blocks", "cdiv(C, tile_n)"),
+    ("items", "spatial_tiles * channel_blocks"),
+    ("item_waves", "items / (sm_count * occupancy)"),
+    ("items_per_sm", "items / sm_count"),
+    ("spatial_fill", "N * map_h * map_w / (spatial_tiles * tile_m)"),
+    ("channel_fill", "C / (channel_blocks * tile_n)"),
 )
 
 
@@ -58,9 +70,10 @@ def conv_params(p: ConvProblem) -> ConvParams:
 
 def shape_expressions(operator: str) -> tuple[tuple[str, str], ...]:
     m, n, k = _GEMM[operator]
+    map_h, map_w = _MAP[operator]
     return (("P", "fdiv(H + 2 * pad_h - dil_h * (R - 1) - 1, stride_h) + 1"),
             ("Q", "fdiv(W + 2 * pad_w - dil_w * (S - 1) - 1, stride_w) + 1"),
-            ("Cg", "C / G"), ("Kg", "K / G"),
+            ("Cg", "C / G"), ("Kg", "K / G"), ("map_h", map_h), ("map_w", map_w),
             ("gemm_m", m), ("gemm_n", n), ("gemm_k", k),
             ("flops", "2 * N * P * Q * K * Cg * R * S"),
             ("bytes", "elem_bytes * (N * H * W * C + K * Cg * R * S + N * P * Q * K)"),
