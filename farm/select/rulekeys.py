@@ -18,6 +18,7 @@ shapes, against their rules: a rule that comes to read more of a shape than its 
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Sequence
@@ -33,23 +34,27 @@ RuleKey = Callable[[Any], Hashable]
 CACHE_LIMIT = 1 << 14  # masks kept per family and in all; past it they are computed afresh
 
 
-def _at_least(values: Sequence[int], limit: int) -> int:
+def at_least(values: Sequence[int], limit: int) -> int:
     """How many of the sorted `values` are at least `limit`."""
     return len(values) - bisect_left(values, limit)
 
 
-def _above(values: Sequence[int], limit: int) -> int:
+def above(values: Sequence[int], limit: int) -> int:
     """How many of the sorted `values` are above `limit`."""
     return len(values) - bisect_right(values, limit)
 
 
-def _settings(instances: Sequence[Instance], field: str) -> list[Any]:
+def settings_of(instances: Sequence[Instance], field: str) -> list[Any]:
     return sorted({i.settings[field] for i in instances})
 
 
 def _operator_keys(family: KernelFamily) -> Any:
     """The rule keys' module of the family's operator package (its `rulekeys`), or None."""
-    package = type(family).__module__.rpartition(".")[0]
+    return _package_keys(type(family).__module__.rpartition(".")[0])
+
+
+@functools.cache
+def _package_keys(package: str) -> Any:
     try:
         return importlib.import_module(f"{package}.rulekeys")
     except ModuleNotFoundError as missing:

@@ -210,8 +210,10 @@ def generate_weight_configs() -> list[dict[str, Any]]:
     shared memory must fit."""
     out, tiles_seen = [], set()
     for c in generate_configs("conv2d_fwd"):
+        if c.pop("rows") > 1 or c["tile_h"] > 8:
+            continue
         tile = tuple((k, v) for k, v in c.items() if k not in ("occ", "stages"))
-        if c.pop("rows") > 1 or c["tile_h"] > 8 or tile in tiles_seen:
+        if tile in tiles_seen:
             continue
         tiles_seen.add(tile)
         for rows, cluster in itertools.product(WEIGHT_ROWS, WEIGHT_CLUSTERS):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from farm.select.rulekeys import RuleKey, _at_least, _settings
+from farm.select.rulekeys import RuleKey, at_least, settings_of
 from kernels.family import SM_COUNT, Instance
 
 GRID_LIMIT = 2**31 - 1  # a grid's x blocks (int32)
@@ -19,8 +19,8 @@ def _gemm_key(family: Any, instances: Sequence[Instance], operator: str) -> Rule
     from kernels.conv.igemm import GRID_Z_LIMIT
 
     small_m, small_n = family.smallest_tiles(operator)
-    bms = [b for b in _settings(instances, "block_m") if b > small_m]
-    bns = [b for b in _settings(instances, "block_n") if b > small_n]
+    bms = [b for b in settings_of(instances, "block_m") if b > small_m]
+    bns = [b for b in settings_of(instances, "block_n") if b > small_n]
     tma = "tma" in instances[0].settings if instances else False
     rows_of = family.gemm_rows
 
@@ -28,8 +28,8 @@ def _gemm_key(family: Any, instances: Sequence[Instance], operator: str) -> Rule
         m, n, _ = p.gemm
         rows = rows_of(p)
         z = p.G * p.stride_h * p.stride_w if p.op == "conv2d_bwd_data" else p.G
-        out = (p.C // p.G % 8, p.K // p.G % 8, z > GRID_Z_LIMIT, _at_least(bms, 4 * m),
-               _at_least(bns, 4 * n), (rows, n) if rows * n > GRID_LIMIT else None)
+        out = (p.C // p.G % 8, p.K // p.G % 8, z > GRID_Z_LIMIT, at_least(bms, 4 * m),
+               at_least(bns, 4 * n), (rows, n) if rows * n > GRID_LIMIT else None)
         if tma:
             out += ((p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.G)
                     == (1, 1, 1, 1, 0, 0, 1), p.K // p.G % 64 == 0)
@@ -91,7 +91,7 @@ def _direct_key(family: Any, instances: Sequence[Instance], operator: str) -> Ru
 def _grouped_mma_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_grouped_mma (both): square groups of C a multiple of 8 only, the group width, and
     what the staged tile's extent reads (filter, stride, dilation; backward-data's padding)."""
-    widest = max(_settings(instances, "width"), default=0)
+    widest = max(settings_of(instances, "width"), default=0)
     padded = operator == "conv2d_bwd_data"
 
     def key(p: Any) -> Hashable:
@@ -113,7 +113,6 @@ def _dw_tma_key(family: Any, instances: Sequence[Instance], operator: str) -> Ru
                 (p.dil_h, p.dil_w) == (1, 1),
                 operator == "conv2d_bwd_data" and max(p.pad_h, p.pad_w) > p.R - 1)
     return key
-
 
 
 # family name -> its key's maker (family, the catalogue's instances of it, operator)

@@ -8,7 +8,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from farm.select.rulekeys import RuleKey, _at_least
+from farm.select.rulekeys import RuleKey, at_least
 from kernels.family import SM_COUNT, Instance
 from kernels.registry import get_family
 
@@ -155,7 +155,7 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             few = (walked > 1 and p.N * -(-p.P // most_h) * -(-p.Q // most_w) <= walked and
                    tuple(min(p.N * -(-p.P // h) * -(-p.Q // w), walked + 1)
                          for h, w in halos))
-            return (p.R, p.S, p.stride, _at_least(tall, 2 * p.P), _at_least(wide, 2 * p.Q),
+            return (p.R, p.S, p.stride, at_least(tall, 2 * p.P), at_least(wide, 2 * p.Q),
                     chunk_class(p), few)
     elif isinstance(family, dw.DwsepStream):
         def key(p: Any) -> Hashable:
@@ -192,7 +192,6 @@ def _walking(family: Any, instances: Sequence[Instance], operator: str
     for i in instances:
         parts.setdefault(i.settings.get("tiles", 1) > 1, []).append(i)
     return [(members, _dwsep_key(family, members, operator)) for members in parts.values()]
-
 
 
 # family name -> its key's maker: a key, or keys of parts of the instances

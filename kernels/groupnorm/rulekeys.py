@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from farm.select.rulekeys import RuleKey, _above
+from farm.select.rulekeys import RuleKey, above
 from kernels.family import Instance
 
 
@@ -22,10 +22,9 @@ def _groupnorm_key(family: Any, instances: Sequence[Instance], operator: str) ->
         hw = p.HW
         return (p.layout, hw > MAX_HW, p.N * p.G >= 2**31, p.Cg % 8, hw % 8,
                 p.N > MAX_GRID_YZ, p.C * hw >= 2**31, p.C % 8,
-                _above(splits, hw), _above(splits, hw // 2), _above(splits, hw // 4),
-                _above(splits, hw // 8))
+                above(splits, hw), above(splits, hw // 2), above(splits, hw // 4),
+                above(splits, hw // 8))
     return key
-
 
 
 KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
