@@ -1,4 +1,4 @@
-"""conv_dw_tma and conv_dw_tma_bwd_weight on a GPU: every instance against the reference on edge
+"""conv_dw_tma, conv_dw_tma_bwd_weight and conv_dw_tc_bwd_weight on a GPU: every instance against the reference on edge
 shapes, in every direction (skipped where there is no GPU; the families run on sm_90a only)."""
 
 import pytest
@@ -47,6 +47,14 @@ def test_every_dw_tma_instance_is_right(worker, op, dtype):
 def test_every_dw_tma_bwd_weight_instance_is_right(worker, dtype):
     problems = [ConvProblem(op="conv2d_bwd_weight", dtype=dtype, **shape) for shape in EDGES]
     failures = verify_on_edges(worker, "conv2d_bwd_weight", dtype, ["conv_dw_tma_bwd_weight"],
+                               problems)
+    assert not failures, "\n".join(failures[:40])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_dw_tc_bwd_weight_instance_is_right(worker, dtype):
+    problems = [ConvProblem(op="conv2d_bwd_weight", dtype=dtype, **shape) for shape in EDGES]
+    failures = verify_on_edges(worker, "conv2d_bwd_weight", dtype, ["conv_dw_tc_bwd_weight"],
                                problems)
     assert not failures, "\n".join(failures[:40])
 

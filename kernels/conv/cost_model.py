@@ -83,7 +83,7 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
         base = _direct_us(problem, c)
     elif instance.family in ("conv_grouped_mma", "conv_grouped_mma_bwd_weight"):
         base = _grouped_mma_us(problem, c)
-    elif instance.family in ("conv_dw_tma", "conv_dw_tma_bwd_weight"):
+    elif instance.family in ("conv_dw_tma", "conv_dw_tma_bwd_weight", "conv_dw_tc_bwd_weight"):
         base = _dw_tma_us(problem, c)
     else:
         base = problem.flops / 1.5e12 * 1e6 + problem.min_bytes / 900e9 * 1e6 + 4.0

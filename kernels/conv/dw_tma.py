@@ -261,6 +261,17 @@ class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
             return 0
         return 4 * self.splits(instance, problem) * problem.tensor_elements()["weight"]
 
+    # the workspace's reduction: its entry point and the entries a block adds at a time
+    reduce_entry, reduce_entries = "dw_tma_reduce", REDUCE_ENTRIES
+
+    @staticmethod
+    def block_threads(config: dict[str, Any]) -> int:
+        return threads(config)
+
+    @staticmethod
+    def block_shared_bytes(config: dict[str, Any]) -> int:
+        return weight_shared_bytes(config)
+
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem
         x = channels_last_map("x", p, p.H, p.W, box(c), c)
@@ -268,13 +279,13 @@ class DepthwiseTmaBwdWeight(DepthwiseTmaConv):
         splits, n = self.splits(instance, p), p.tensor_elements()["weight"]
         clustered = c["cluster"] > 1
         main = Launch("conv2d_bwd_weight", (splits, _cdiv(p.C, c["ch"]), 1),
-                      (threads(c), 1, 1),
+                      (self.block_threads(c), 1, 1),
                       ("x", "dy", "dw" if clustered else "workspace", conv_params(p), splits,
-                       x, dy), weight_shared_bytes(c))
+                       x, dy), self.block_shared_bytes(c))
         if clustered:
             return [main]
-        blocks = min(_cdiv(n, REDUCE_ENTRIES), SM_COUNT * 4)
-        return [main, Launch("dw_tma_reduce", (blocks, 1, 1), (REDUCE_BLOCK, 1, 1),
+        blocks = min(_cdiv(n, self.reduce_entries), SM_COUNT * 4)
+        return [main, Launch(self.reduce_entry, (blocks, 1, 1), (REDUCE_BLOCK, 1, 1),
                              ("workspace", "dw", n, splits))]
 
 

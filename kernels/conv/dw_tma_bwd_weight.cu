@@ -5,19 +5,10 @@
 // ahead. Thread t owns VEC channels of one dy column in one of ROWS bands of the tile's rows and
 // keeps their FR x FR sums in registers over all its tiles: it walks its band's input rows once,
 // each row's FR columns read once and multiplied by the dy rows they meet. Then the block adds
-// its threads' sums in shared memory. The splits' sums meet without atomics, by one of two ways:
-// - CLUSTER == 1: each split writes them, fp32, into its slice of a workspace laid out as dw,
-//   and dw_tma_reduce adds the slices and converts;
-// - CLUSTER > 1: the splits are the CLUSTER blocks of a thread-block cluster; each leaves its
-//   sums in its shared memory and, after a cluster barrier, block r adds up every CLUSTER-th
-//   (channel, tap) over the cluster's blocks (distributed shared memory) and writes dw: one
-//   launch, no workspace.
+// its threads' sums in shared memory, and the splits' sums meet without atomics (dw_sums.cuh:
+// in a workspace that dw_tma_reduce adds up, or in a thread-block cluster's shared memory).
 #define DW_OP 2
-#include "dw_tma.cuh"
-
-#ifndef CLUSTER
-#define CLUSTER 1
-#endif
+#include "dw_sums.cuh"
 #define WTHREADS (THREADS * ROWS)                 // a block's threads
 #define DY_BYTES (TILE_H * TILE_W * CH * 2)
 #define X_STAGE ((BOX_BYTES + 1023) / 1024 * 1024)
@@ -48,23 +39,6 @@ __device__ __forceinline__ void fetch_pair(unsigned char* stage, const TensorMap
               bar);
   sm90_tma_4d(stage + X_STAGE, map_dy, it.cb * CH, it.ow0, it.oh0, it.n, bar);
 }
-
-#if CLUSTER > 1
-// A barrier over the cluster's blocks (release/acquire: shared-memory writes before it are
-// seen by the other blocks' reads after it) and a float of block `rank`'s shared memory.
-__device__ __forceinline__ void cluster_barrier() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
-               ::: "memory");
-}
-__device__ __forceinline__ float cluster_read(const float* local, u32 rank) {
-  u32 remote;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote)
-               : "r"(sm90_smem(local)), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-  return v;
-}
-#endif
 
 }  // namespace dw
 
@@ -156,26 +130,7 @@ conv2d_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
     for (int q = 0; q < WTHREADS / PIECES; ++q) total += from[q * PIECES];
     part[j] = total;
   }
-#if CLUSTER > 1
-  cluster_barrier();
-  const u32 rank = (u32)split;  // the cluster spans the grid's x: its blocks are the splits
-  elem_t* dw = reinterpret_cast<elem_t*>(out);
-  for (int j = (int)rank * WTHREADS + tid; j < CH * taps; j += CLUSTER * WTHREADS) {
-    const int t = j / CH, c = cb * CH + (j - t * CH);
-    float total = 0.0f;
-#pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) total += cluster_read(part + j, (u32)r);
-    if (c < g.C) dw[c * taps + t] = from_float(total);
-  }
-  cluster_barrier();  // the other blocks have read this block's sums
-#else
-  __syncthreads();
-  float* slice = reinterpret_cast<float*>(out) + (long)split * g.C * taps;
-  for (int j = tid; j < CH * taps; j += WTHREADS) {
-    const int t = j / CH, c = cb * CH + (j - t * CH);
-    if (c < g.C) slice[c * taps + t] = part[j];
-  }
-#endif
+  meet_splits<WTHREADS>(part, out, g, split, cb, tid);
 }
 #endif
 

@@ -147,10 +147,11 @@ class ConvOperator(OperatorSpec):
             cfg = {**cfg, "block": threads_of(dict(cfg)),
                    "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["sg"] * cfg["width"],
                    "block_k": cfg["width"]}
-        if "ch" in cfg:  # conv_dw_tma: vec channels of one output column a thread
-            from kernels.conv.dw_tma import threads as dw_threads
+        if "ch" in cfg:  # conv_dw_tma: vec channels of one output column a thread;
+            from kernels.conv.dw_tma import threads as dw_threads  # dw_tc: a warp a group
 
-            cfg = {**cfg, "block": dw_threads(dict(cfg)),
+            block = 32 * cfg["warps"] if "warps" in cfg else dw_threads(dict(cfg))
+            cfg = {**cfg, "block": block,
                    "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["ch"]}
         threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_n" in cfg
                           else 128 * (cfg["block_m"] // 64 + cfg["producers"])

@@ -104,7 +104,7 @@ def _grouped_mma_key(family: Any, instances: Sequence[Instance], operator: str) 
 
 
 def _dw_tma_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
-    """conv_dw_tma (both): depthwise with C a multiple of 8, the square filter and stride it is
+    """conv_dw_tma (all three): depthwise with C a multiple of 8, the square filter and stride it is
     compiled for, no dilation, and backward-data's padding."""
     def key(p: Any) -> Hashable:
         if p.C != p.G or p.K != p.G or p.C % 8:
@@ -120,5 +120,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_igemm": _gemm_key, "conv_wgmma": _gemm_key, "conv_wgmma_split": _wgmma_split_key,
     "conv_direct": _direct_key, "conv_grouped_mma": _grouped_mma_key,
     "conv_grouped_mma_bwd_weight": _grouped_mma_key, "conv_dw_tma": _dw_tma_key,
-    "conv_dw_tma_bwd_weight": _dw_tma_key,
+    "conv_dw_tma_bwd_weight": _dw_tma_key, "conv_dw_tc_bwd_weight": _dw_tma_key,
 }
