@@ -42,8 +42,9 @@ def shared_bytes(config: dict[str, Any]) -> int:
 def generate_configs() -> list[dict[str, Any]]:
     """Every filter, stride and tile, 2 to 4 stages, the splits' sums in a workspace or a
     cluster of 4 or 8; occ the blocks a multiprocessor whose registers (255 a thread, or 128
-    for 3x3 filters and 5x5 at stride 1 on 64-pixel tiles) and shared memory fit. 7x7 filters on 64-pixel
-    tiles only (NVRTC: a warp's 25 accumulator tiles and a larger tile's addresses spill)."""
+    for 3x3 filters and 5x5 at stride 1 on 64-pixel tiles) and shared memory fit. 7x7
+    filters on 64-pixel tiles only (NVRTC: a warp's 25 accumulator tiles and a larger tile's
+    addresses spill)."""
     out = []
     for fr, stride, (th, tw), cluster in itertools.product(
             FILTERS, STRIDES["conv2d_fwd"], TILES, CLUSTERS):
