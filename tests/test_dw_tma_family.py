@@ -103,9 +103,27 @@ def test_grid_is_persistent_and_covers_the_items():
         items = FAMILY.items(inst, p)
         grid = FAMILY.grid(inst, p)
         assert grid[1:] == (1, 1)
-        assert grid[0] == min(items, SM_COUNT * blocks_per_sm(inst.settings))
+        assert grid[0] <= min(items, SM_COUNT * blocks_per_sm(inst.settings))
         c = inst.settings
         assert items == 32 * -(-p.P // c["tile_h"]) * -(-p.Q // c["tile_w"]) * -(-576 // c["ch"])
+
+
+@pytest.mark.parametrize("channels", [72, 144, 576, 1152])
+def test_grid_keeps_each_block_on_one_channel_block_where_that_costs_little(channels):
+    """More items than resident blocks: the grid is a multiple of the channel blocks when that
+    keeps at least 7/8 of the resident blocks, else all of them; fewer: one block an item."""
+    for n, size in ((32, 56), (1, 7)):
+        p = problem(N=n, C=channels, K=channels, G=channels, H=size, W=size)
+        for inst in FAMILY.instances("conv2d_fwd", "bf16"):
+            items, resident = FAMILY.items(inst, p), SM_COUNT * blocks_per_sm(inst.settings)
+            blocks = -(-channels // inst.settings["ch"])
+            grid = FAMILY.grid(inst, p)[0]
+            if items <= resident:
+                assert grid == items
+            elif grid % blocks:
+                assert grid == resident and 8 * (resident // blocks * blocks) < 7 * resident
+            else:
+                assert 8 * grid >= 7 * resident and grid > resident - blocks
 
 
 def test_code_objects_compile_for_sm_90a():

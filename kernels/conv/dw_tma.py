@@ -158,7 +158,16 @@ class DepthwiseTmaConv(KernelFamily):
                 * _cdiv(p.C, c["ch"]))
 
     def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
-        return min(self.items(instance, p), SM_COUNT * blocks_per_sm(instance.settings)), 1, 1
+        """The resident blocks, at most one an item; where there are more items than that,
+        rounded down to a multiple of the channel blocks if that keeps 7/8 of them. Block b
+        takes items b, b + grid, ... whose channel block is then always b's: its taps stay in
+        registers, where a grid of another size has them read again every item."""
+        resident = SM_COUNT * blocks_per_sm(instance.settings)
+        items, blocks = self.items(instance, p), _cdiv(p.C, instance.settings["ch"])
+        whole = resident // blocks * blocks
+        if items > resident and 8 * whole >= 7 * resident:
+            return whole, 1, 1
+        return min(items, resident), 1, 1
 
     @staticmethod
     def tensor_map(instance: Instance, p: ConvProblem) -> TensorMap:
