@@ -138,6 +138,41 @@ def agreement(picks: dict[str, list[int]]) -> dict[str, str]:
             for name, chosen in picks.items() if name not in (CURRENT, EVERY, OTHER)}
 
 
+def held_out_efficiency(data, model, shapes, picks: dict[str, list[int]]) -> dict:
+    """Per export, the measured efficiency (the problem's fastest applicable ok time over the
+    chosen candidate's; 0 if its measurement failed) of its picks on the query shapes that are
+    held-out problems of the recordings: mean, P10, min and how many shapes."""
+    spec = operator_spec(data.operator)
+    held = data.part("holdout")
+    held = held[held["applicable"].to_numpy(bool)]
+    names = {e.name: i for i, e in enumerate(data.catalogue)}
+    by_key = {}
+    for _, rows in held.groupby("problem"):
+        shape = rows.iloc[0][list(spec.fields)].to_dict()
+        ok = rows[rows["status"].eq("ok")]
+        if len(ok):
+            by_key[spec.problem(data.dtype, shape).key] = (
+                ok["median_us"].min(), dict(zip(rows["candidate"], zip(rows["status"],
+                                                                      rows["median_us"]))))
+    out = {}
+    for name, chosen in picks.items():
+        eff = []
+        for p, c in zip(shapes, chosen):
+            if p.key not in by_key or c < 0:
+                continue
+            oracle, measured = by_key[p.key]
+            status, time_us = measured.get(names.get(model.catalogue[c].name), ("none", 0.0))
+            eff.append(oracle / time_us if status == "ok" else 0.0)
+        if eff:
+            out[name] = {"shapes": len(eff), "mean": float(np.mean(eff)),
+                         "p10": float(np.quantile(eff, 0.1)), "min": float(np.min(eff))}
+    return out
+
+
+def cascade_name(trees: int, keep: int) -> str:
+    return f"this checkout, cascade {trees} {keep}"
+
+
 def time_exports(sources: dict[str, str], prefix: str, shapes, masks: dict[str, list],
                  folder: Path, runs: int) -> dict:
     """Each export's p50 / p99 per call (median over `runs` alternating runs) and picks;
@@ -146,8 +181,9 @@ def time_exports(sources: dict[str, str], prefix: str, shapes, masks: dict[str, 
     picks = {}
     for _ in range(runs):
         for name, source in sources.items():
-            chosen, timing = run_driver(source, prefix, shapes, masks[name], folder / name,
-                                        repeats=3, strict=name in (CURRENT, PRUNED, EVERY, OTHER))
+            chosen, timing = run_driver(source, prefix, shapes, masks[name],
+                                        folder / re.sub(r"\W", "_", name), repeats=3,
+                                        strict=name.startswith(CURRENT))
             picks[name] = chosen
             times[name].append(timing)
     return {name: {"p50_us": float(np.median([t[0] for t in ts])),
@@ -163,6 +199,10 @@ def main() -> None:
                         help="REV's farm/select/cexport.py, saved (a copy without git history)")
     parser.add_argument("--pruned", action="store_true",
                         help="also time this checkout's export generated with pruning")
+    parser.add_argument("--cascade", type=int, nargs=2, action="append", default=[],
+                        metavar=("TREES", "KEEP"),
+                        help="also time this checkout's export with a cascade: after TREES "
+                             "trees only the KEEP best go on (repeatable)")
     parser.add_argument("--rounds", type=int, default=None, help="default: the operator's")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="default: the operator's")
@@ -203,6 +243,9 @@ def main() -> None:
             sources = {CURRENT: files[C_FILE]}
             if args.pruned:
                 sources[PRUNED] = export_with(c_source, files, PRUNED, prune=True)
+            for trees, keep in args.cascade:
+                name = cascade_name(trees, keep)
+                sources[name] = export_with(c_source, files, name, cascade=(trees, keep))
             baseline = f"at {args.baseline_rev}"
             if old is not None:
                 sources[baseline] = export_with(old.c_source, files, "baseline")
@@ -263,6 +306,10 @@ def main() -> None:
                     earlier.select(p) == selector.select(p) for p in shapes)
             if args.pruned:
                 entry["same_choice_pruned"] = agree[PRUNED]
+            for trees, keep in args.cascade:
+                entry[f"same_choice_cascade_{trees}_{keep}"] = agree[cascade_name(trees, keep)]
+            entry["held_out_efficiency"] = held_out_efficiency(
+                data, model, shapes, {n: c for n, c in picks.items() if n != EVERY})
             if other is not None:
                 entry["other_candidates"] = {
                     "rule": args.other_candidates, "candidates": len(other.catalogue),
@@ -283,6 +330,9 @@ def main() -> None:
                   + f" | first sight p50 {fresh['p50_us']:.1f} us ({fresh['masks']} masks)"
                   + "".join(f" | same choice {n}: {a}" for n, a in agree.items())
                   + f" | Python as C: {entry['python_same_choice']} | {entry['anatomy']}"
+                  + "".join(f" | held out, {n}: {e['shapes']} shapes, mean {e['mean']:.3f} "
+                            f"P10 {e['p10']:.3f} min {e['min']:.3f}"
+                            for n, e in entry["held_out_efficiency"].items())
                   + (f" | other rule: {entry['other_candidates']}, Python p50 "
                      f"{medians['python_selector_other_candidates']['p50_us']:.1f} us"
                      if other is not None else ""), flush=True)

@@ -238,6 +238,15 @@ def test_cli_train_list_export_select(fwd, tmp_path):
     assert four.exit_code == 0 and four.stdout.split() == Selector.load(out).top(
         dict(i.split("=") for i in shape.split(",")), 4)
     assert four.stdout.split()[0] == chosen.stdout.strip()
+    cascaded = tmp_path / "cascaded"
+    assert runner.invoke(app, ["models", "export", str(model_id), "--out", str(cascaded),
+                               "--cascade", "8", "3"], env=env).exit_code == 0
+    source = (cascaded / "farm_select.c").read_text()
+    assert "#define CASCADE_KEEP 3" in source and "live = cascade(" in source
+    assert "cascade(" not in (out / "farm_select.c").read_text()
+    refused = runner.invoke(app, ["models", "export", str(model_id), "--out", str(cascaded),
+                                  "--cascade", "8", "0"], env=env)
+    assert refused.exit_code != 0 and "KEEP must be at least 1" in refused.output
     refused = runner.invoke(app, ["select", "--model", str(out), "--problem", shape,
                                   "--arch", "sm_80"])
     assert refused.exit_code == 2 and "never saw sm_80" in refused.stderr
@@ -641,14 +650,18 @@ def test_bench_select_latency_times_an_earlier_revisions_export_beside_this_one(
     monkeypatch.setattr(sys, "argv", [
         "select_latency", "--recording", str(root / "tests" / "data" / "synthetic_recording.parquet"),
         "--ops", "conv2d_fwd", "--baseline-rev", "HEAD~1", "--shapes", "40", "--no-resources",
-        "--rounds-of-timing", "1", "--out", str(tmp_path)])
+        "--rounds-of-timing", "1", "--cascade", "8", "1000", "--out", str(tmp_path)])
     select_latency.main()
     figures = json.loads((tmp_path / "select_latency.json").read_text())["figures"]
     fwd = figures["operators"]["conv2d_fwd"]
-    assert set(fwd["c_export"]) == {"this checkout", "at HEAD~1",
+    assert set(fwd["c_export"]) == {"this checkout", "at HEAD~1", "this checkout, cascade 8 1000",
                                     "this checkout, every candidate allowed"}
     assert all(t["p50_us"] > 0 for t in fwd["c_export"].values())
     assert fwd["same_choice"].endswith("/40") and fwd["python_selector"]["p50_us"] > 0
+    assert fwd["same_choice_cascade_8_1000"] == "40/40"  # keeping every candidate
+    held = fwd["held_out_efficiency"]
+    assert held["this checkout"] == held["this checkout, cascade 8 1000"]
+    assert 0 < held["this checkout"]["shapes"] <= 40 and 0 < held["this checkout"]["mean"] <= 1
     assert "Python Selector p50" in capsys.readouterr().out
 
 

@@ -185,3 +185,39 @@ def test_bounds_of_the_blocks_still_to_come_are_those_of_the_reachable_leaves(fw
         want = (-rest[1], -rest[0]) if sign else rest
         np.testing.assert_allclose(low[:, b - 1], want[0], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(high[:, b - 1], want[1], rtol=1e-12, atol=1e-12)
+
+
+def test_cascade_sums_the_rest_for_the_best_after_the_first_trees(fwd, tmp_path):
+    """cascade (trees, keep): after the block that reaches `trees`, rank and best sum the
+    remaining trees only for the max(k, keep) lowest partial costs and the guard's head; they
+    order those by their full costs. Keeping every candidate is the full order."""
+    s, text = fwd.selector, fwd.files[MODEL]
+    sign = "" if s.kind == "regressor" else "-"
+    reference = reference_flags([e.family for e in s.catalogue])
+    trees = parse_trees(text)
+    assert len(trees) > GROUP and all(leaf_masks(t) is not None for t in trees[:GROUP])
+    shapes = problems("conv2d_fwd", 80, seed=34) + held_out(fwd)
+    whole = Export(s, text, tmp_path, cascade=(GROUP, len(s.names)))
+    assert check(whole, s, fwd.slow.costs, shapes, seed=6) == 6 * len(shapes)
+    keep, cut, rng = 3, Export(s, text, tmp_path, cascade=(GROUP, 3)), np.random.default_rng(7)
+    changed = 0
+    for p in shapes:
+        x = feature_matrix(s.spec, dict(zip(s.spec.inputs, p.number_values())),
+                           instance_matrix(s.spec, s.catalogue))
+        raw = sum(np.array([leaf_masks(t).leaf(row) for row in x]) for t in trees[:GROUP])
+        part, cost, safe = (-raw if sign else raw), cut.costs(p), s.safe(p)
+        for allowed in masks(s, p, rng):
+            live = np.ones(len(s.names), bool) if allowed is None else np.array(allowed, bool)
+            for k in (1, 2, 5):  # best is rank's first with k = 1
+                kept = live.copy()
+                if live.sum() > max(k, keep):
+                    limit = np.sort(part[live])[max(k, keep) - 1]
+                    plain = np.sort(part[live & ~reference])
+                    head = plain[s.guard_depth - 1] if len(plain) >= s.guard_depth else -np.inf
+                    kept = live & ((part <= limit) | (~reference & (part <= head)))
+                want = expected(cost, kept, safe, reference, s.guard_depth, k)
+                assert cut.rank(p, allowed, k) == want, (p.label(), k)
+                changed += want != expected(cost, allowed, safe, reference, s.guard_depth, k)
+                if k == 1:
+                    assert cut.best(p, allowed) == (want[0] if want else -1), p.label()
+    assert changed > 0  # keeping 3 after 8 trees does change some choices

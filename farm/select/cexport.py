@@ -19,7 +19,9 @@ farm.select.guard: among the model's GUARD_DEPTH best allowed candidates, those 
 reference-speed family whose measured support holds the shape come first. Generated with
 `prune`, they also drop between blocks the candidates that the bounds of their remaining leaves
 show cannot be needed (exact, see prune(); on the models measured the bounds are too wide to
-pay for the check, so it is off by default).
+pay for the check, so it is off by default). Generated with `cascade` (trees, keep), they sum
+the trees after the first `trees` only for the `keep` best so far (see cascade(): faster, not
+exact, off by default).
 
     int  P_count(void);  const char *P_name(int i);
     int  P_costs(const int64_t shape[F], double *cost);   lower is better, one per candidate
@@ -265,9 +267,14 @@ class _Forest:
     leaf tables, and per block (a branchy tree is one) and candidate the lowest and highest sum
     of the leaves its fixed masks keep."""
 
-    def __init__(self, trees: Sequence[Tree], cols: _Columns, count: int, prune: bool
-                 ) -> None:
+    def __init__(self, trees: Sequence[Tree], cols: _Columns, count: int, prune: bool,
+                 cascade_after: int | None = None) -> None:
         self.prune = prune
+        # the cascade's cut after the block that brings the sums to this many trees, if trees
+        # remain after it
+        self.cascade_after = cascade_after if cascade_after and cascade_after < len(trees) \
+            else None
+        self.summed, self.total = 0, len(trees)
         self.functions: list[str] = []
         self.lines: list[str] = []
         self.fixed: list[list[list[int]]] = []
@@ -280,6 +287,7 @@ class _Forest:
             if masks is None:
                 self.flush()
                 self.lines += _branchy_tree(k, t, cols)
+                self.summed = k + 1
                 self.end_block(np.full(count, min(t.leaves)), np.full(count, max(t.leaves)))
                 continue
             lines, test, rows = _masked_tree(masks, cols, count, len(self.group))
@@ -290,7 +298,7 @@ class _Forest:
             if len(self.group) == GROUP:
                 self.flush()
         self.flush()
-        if prune and self.low:
+        if prune and self.low and self.lines[-1].startswith("  if (k) live = prune("):
             self.lines.pop()  # nothing to prune after the last block
 
     def flush(self) -> None:
@@ -299,6 +307,7 @@ class _Forest:
             return
         number = len(self.functions)
         trees, _, rows, tests = zip(*self.group)
+        self.summed = trees[-1] + 1
         self.functions.append(_block(number, trees, tests))
         self.fixed.append([list(row) for row in zip(*rows)])
         self.lines.append(f"  block{number}(X, s, idx, live, part);")
@@ -313,6 +322,9 @@ class _Forest:
         self.high.append(high)
         if self.prune:
             self.lines.append(f"  if (k) live = prune(idx, part, X, live, {len(self.low)}, k);")
+        if self.cascade_after is not None and self.cascade_after <= self.summed < self.total:
+            self.lines.append("  if (k) live = cascade(idx, part, X, live, k);")
+            self.cascade_after = None
 
     def rest(self, sign: str) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate and block b >= 1: the lowest and highest cost still to come from
@@ -370,23 +382,15 @@ def _prune(forest: _Forest, trees: Sequence[Tree], sign: str) -> str:
 {tables}
 static const double MARGIN = {_double(_margin(trees))};
 
-/* keeps low[0..k) the k lowest values offered, in order (start: all INFINITY) */
-static void offer(double *low, int k, double v) {{
-  int j = k - 1;
-  if (!(v < low[j])) return;
-  for (; j > 0 && low[j - 1] > v; j--) low[j] = low[j - 1];
-  low[j] = v;
-}}
-
 /* Keeps, of the `live` candidates summed over the blocks before `block`, those whose cost can
    still be among the k lowest or in the guard's head (up to the GUARD_DEPTH-th lowest of a
    family that is not reference-speed): not one whose lowest possible cost exceeds both the
-   k-th lowest highest possible cost and the head's by more than rounding explains. Compacts
-   the others in order with their sums and values (padding repeats the last); returns how
-   many are left. */
+   k-th lowest highest possible cost and the head's by more than rounding explains (compact());
+   returns how many are left. */
 static int prune(int *idx, double *part, double X[NX][NP], int live, int block, int k) {{
   double low[NP], head[GUARD_DEPTH + 1], limit, most = -INFINITY;
-  int i, j, kept = 0;
+  unsigned char keep[NP];
+  int i;
   if (live <= k) return live;
   for (i = 0; i < k; i++) low[i] = INFINITY;
   for (i = 0; i < GUARD_DEPTH; i++) head[i] = INFINITY;
@@ -401,19 +405,69 @@ static int prune(int *idx, double *part, double X[NX][NP], int live, int block, 
   if (GUARD_DEPTH > 1 && head[GUARD_DEPTH - 1] > limit) limit = head[GUARD_DEPTH - 1];
   limit += MARGIN;
   if (!(most > limit)) return live;
+  for (i = 0; i < live; i++) keep[i] = {sign}part[i] + REST_LOW[idx[i]][block - 1] <= limit;
+  return compact(idx, part, X, live, keep);
+}}"""
+
+
+OFFER = """/* keeps low[0..k) the k lowest values offered, in order (start: all INFINITY) */
+static void offer(double *low, int k, double v) {
+  int j = k - 1;
+  if (!(v < low[j])) return;
+  for (; j > 0 && low[j - 1] > v; j--) low[j] = low[j - 1];
+  low[j] = v;
+}
+
+/* Keeps the `live` candidates whose keep[i] is set, in order with their sums and values
+   (padding repeats the last); returns how many. */
+static int compact(int *idx, double *part, double X[NX][NP], int live,
+                   const unsigned char *keep) {
+  int i, j, kept = 0;
   for (i = 0; i < live; i++)
-    if ({sign}part[i] + REST_LOW[idx[i]][block - 1] <= limit) {{
+    if (keep[i]) {
       idx[kept] = idx[i];
       part[kept] = part[i];
       for (j = 0; j < NX; j++) X[j][kept] = X[j][i];
       kept++;
-    }}
-  for (i = kept; i < PADDED(kept); i++) {{
+    }
+  for (i = kept; i < PADDED(kept); i++) {
     idx[i] = idx[kept - 1];
     part[i] = part[kept - 1];
     for (j = 0; j < NX; j++) X[j][i] = X[j][kept - 1];
-  }}
+  }
   return kept;
+}"""
+
+
+def _cascade(keep: int, sign: str) -> str:
+    """cascade(): after the first trees, only the candidates whose partial sums are among the
+    best `keep` (or the caller's k, if more) go on to the others."""
+    return f"""#define CASCADE_KEEP {keep}  /* the candidates the remaining trees sum */
+
+/* Keeps, of the `live` candidates summed over the first trees, those whose partial cost is
+   among the max(k, CASCADE_KEEP) lowest, and the GUARD_DEPTH lowest of families that are not
+   reference-speed (the guard's head) (compact()); returns how many are left. The remaining
+   trees then sum these only: the choice is the model's wherever the best candidate's partial
+   cost is among them. */
+static int cascade(int *idx, double *part, double X[NX][NP], int live, int k) {{
+  double low[NP], head[GUARD_DEPTH + 1], limit, plain = -INFINITY;
+  const int keep = k > CASCADE_KEEP ? k : CASCADE_KEEP;
+  unsigned char kept[NP];
+  int i;
+  if (live <= keep) return live;
+  for (i = 0; i < keep; i++) low[i] = INFINITY;
+  for (i = 0; i < GUARD_DEPTH; i++) head[i] = INFINITY;
+  for (i = 0; i < live; i++) {{
+    offer(low, keep, {sign}part[i]);
+    if (GUARD_DEPTH > 1 && !REFERENCE_OF(idx[i])) offer(head, GUARD_DEPTH, {sign}part[i]);
+  }}
+  limit = low[keep - 1];
+  if (GUARD_DEPTH > 1) plain = head[GUARD_DEPTH - 1];
+  for (i = 0; i < live; i++) {{
+    const double v = {sign}part[i];
+    kept[i] = v <= limit || (GUARD_DEPTH > 1 && v <= plain && !REFERENCE_OF(idx[i]));
+  }}
+  return compact(idx, part, X, live, kept);
 }}"""
 
 
@@ -451,15 +505,18 @@ def _forest_function(spec: FeatureSpec, cols: _Columns, forest: _Forest, feature
 
 def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text: str,
              kind: str, prefix: str, note: str = "", guard_depth: int = 0,
-             text_fields: Sequence[str] = (), prune: bool = False) -> str:
+             text_fields: Sequence[str] = (), prune: bool = False,
+             cascade: tuple[int, int] | None = None) -> str:
     """The C file of a model (see the module docstring for its interface); `text_fields`: the
     shape fields that take names (not part of a candidate's support); `prune`: rank and best
-    drop candidates by bounds between blocks (see prune())."""
+    drop candidates by bounds between blocks (see prune()); `cascade` (trees, keep): rank and
+    best sum the remaining trees only for the `keep` best after the block that reaches `trees`
+    (see cascade())."""
     trees = parse_trees(model_text)
     table = instance_matrix(spec, catalogue)
     count = len(catalogue)
     cols = _Columns(spec, table)
-    forest = _Forest(trees, cols, count, prune)
+    forest = _Forest(trees, cols, count, prune, cascade[0] if cascade else None)
     features = _features(spec, cols)
     sign = "" if kind == "regressor" else "-"
     run = _forest_function(spec, cols, forest, features)
@@ -467,6 +524,8 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
     fields = support_fields(spec.inputs, text_fields)
     safe_body = "  return 1;" if not fields else SAFE_BODY
     pruning = _prune(forest, trees, sign) if prune and len(forest.low) > 1 else ""
+    cascading = _cascade(cascade[1], sign) if any("cascade(" in x for x in forest.lines) else ""
+    offering = OFFER if pruning or cascading else ""
     return f"""/* farm-select C export (generated; do not edit). {prefix}
  * {note}
  * Model: LightGBM {kind}, {len(trees)} trees, {len(spec.names)} features (version {spec.version}),
@@ -525,7 +584,9 @@ static MAYBE_UNUSED double vmax(double a, double b) {{ return (a > b) | (a != a)
 
 {features}
 {chr(10).join(forest.functions)}
+{offering}
 {pruning}
+{cascading}
 
 {run}
 

@@ -155,13 +155,21 @@ def models_list(op: Annotated[Optional[str], typer.Option("--op")] = None,
 @models_app.command("export")
 def models_export(model: Annotated[int, typer.Argument(help="Model id")],
                   to: Annotated[Path, typer.Option("--out", help="Bundle directory")],
+                  cascade: Annotated[Optional[tuple[int, int]], typer.Option(
+                      metavar="TREES KEEP",
+                      help="C export: after the first TREES trees, sum the others only for "
+                           "the KEEP best (faster; may choose otherwise, see "
+                           "docs/BENCHMARKS.md)")] = None,
                   db: DbOption = None) -> None:
     """Write a model's bundle: LightGBM text model, feature spec, catalogue, metrics, README
     and the C export."""
     from farm.select.registry import export_model
 
+    if cascade is not None and min(cascade) < 1:
+        raise typer.BadParameter(f"{cascade}: TREES and KEEP must be at least 1",
+                                 param_hint="--cascade")
     with _errors():
-        path = export_model(open_store(db), model, to)
+        path = export_model(open_store(db), model, to, cascade)
     err.print(f"wrote model {model} to {path}")
 
 

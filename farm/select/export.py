@@ -62,8 +62,9 @@ def parse(files: dict[str, str]) -> tuple[FeatureSpec, list[CatalogueEntry], dic
     return spec, catalogue, json.loads(files[METRICS])
 
 
-def c_files(files: dict[str, str]) -> dict[str, str]:
-    """The C export (source and header) of core files."""
+def c_files(files: dict[str, str], cascade: tuple[int, int] | None = None) -> dict[str, str]:
+    """The C export (source and header) of core files; `cascade` (trees, keep): see
+    farm.select.cexport.c_source."""
     spec, catalogue, info = parse(files)
     prefix = symbol_prefix(info["operator"], info["arch"], info["dtype"])
     note = ("SYNTHETIC training data: not a measured model." if info.get("synthetic")
@@ -71,7 +72,7 @@ def c_files(files: dict[str, str]) -> dict[str, str]:
     text_fields = tuple(operator_spec(info["operator"]).problem_type.TEXT_FIELDS)
     guard_depth = int(info.get("train_config", {}).get("guard_depth", 0))
     return {C_FILE: c_source(spec, catalogue, files[MODEL], info["kind"], prefix, note,
-                             guard_depth, text_fields),
+                             guard_depth, text_fields, cascade=cascade),
             H_FILE: header(prefix, spec.inputs)}
 
 
@@ -106,9 +107,10 @@ candidate (the dispatcher's rules).
 """
 
 
-def write_bundle(out: str | Path, files: dict[str, str], model: dict[str, Any] | None = None
-                 ) -> Path:
-    """Write a bundle directory: core files, the C export and a README."""
+def write_bundle(out: str | Path, files: dict[str, str], model: dict[str, Any] | None = None,
+                 cascade: tuple[int, int] | None = None) -> Path:
+    """Write a bundle directory: core files, the C export (with `cascade`, see c_files) and a
+    README."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     files = dict(files)
@@ -116,7 +118,8 @@ def write_bundle(out: str | Path, files: dict[str, str], model: dict[str, Any] |
         info = json.loads(files[METRICS])
         info["model"] = model
         files[METRICS] = json.dumps(info, indent=1, sort_keys=True, default=str)
-    everything = {**{k: files[k] for k in CORE}, **c_files(files), README: readme(files)}
+    everything = {**{k: files[k] for k in CORE}, **c_files(files, cascade),
+                  README: readme(files)}
     for name, text in everything.items():
         (out / name).write_text(text)
     return out

@@ -139,10 +139,12 @@ def retrain_due(queries: Queries, operator: str, arch: str, dtype: str,
     return RetrainDecision(due, reason, now, then)
 
 
-def export_model(queries: Queries, model_id: int, out: str | Path) -> Path:
-    """Write a stored model's bundle directory (core files, C export, README)."""
+def export_model(queries: Queries, model_id: int, out: str | Path,
+                 cascade: tuple[int, int] | None = None) -> Path:
+    """Write a stored model's bundle directory (core files, C export, README); `cascade`: the
+    C export's (farm.select.cexport.c_source)."""
     registry = ModelQueries(queries)
     summary = registry.model(model_id)
     info: dict[str, Any] = {"id": summary.id, "version": summary.version,
                             "promoted": summary.promoted, "created_at": str(summary.created_at)}
-    return write_bundle(out, unpack(registry.model_bundle(model_id)), info)
+    return write_bundle(out, unpack(registry.model_bundle(model_id)), info, cascade)
