@@ -181,9 +181,8 @@ def time_exports(sources: dict[str, str], prefix: str, shapes, masks: dict[str, 
     picks = {}
     for _ in range(runs):
         for name, source in sources.items():
-            chosen, timing = run_driver(source, prefix, shapes, masks[name],
-                                        folder / re.sub(r"\W", "_", name), repeats=3,
-                                        strict=name.startswith(CURRENT))
+            chosen, timing = run_driver(source, prefix, shapes, masks[name], folder / name,
+                                        repeats=3, strict=name.startswith(CURRENT))
             picks[name] = chosen
             times[name].append(timing)
     return {name: {"p50_us": float(np.median([t[0] for t in ts])),

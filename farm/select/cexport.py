@@ -270,10 +270,9 @@ class _Forest:
     def __init__(self, trees: Sequence[Tree], cols: _Columns, count: int, prune: bool,
                  cascade_after: int | None = None) -> None:
         self.prune = prune
-        # the cascade's cut after the block that brings the sums to this many trees, if trees
-        # remain after it
-        self.cascade_after = cascade_after if cascade_after and cascade_after < len(trees) \
-            else None
+        # the cascade's cut: after the first block that brings the sums to this many trees, if
+        # trees remain after it (`cut`: whether forest() makes it)
+        self.cascade_after, self.cut = cascade_after, False
         self.summed, self.total = 0, len(trees)
         self.functions: list[str] = []
         self.lines: list[str] = []
@@ -298,7 +297,7 @@ class _Forest:
             if len(self.group) == GROUP:
                 self.flush()
         self.flush()
-        if prune and self.low and self.lines[-1].startswith("  if (k) live = prune("):
+        if prune and self.low:
             self.lines.pop()  # nothing to prune after the last block
 
     def flush(self) -> None:
@@ -322,9 +321,10 @@ class _Forest:
         self.high.append(high)
         if self.prune:
             self.lines.append(f"  if (k) live = prune(idx, part, X, live, {len(self.low)}, k);")
-        if self.cascade_after is not None and self.cascade_after <= self.summed < self.total:
+        if (not self.cut and self.cascade_after is not None
+                and self.cascade_after <= self.summed < self.total):
             self.lines.append("  if (k) live = cascade(idx, part, X, live, k);")
-            self.cascade_after = None
+            self.cut = True
 
     def rest(self, sign: str) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate and block b >= 1: the lowest and highest cost still to come from
@@ -524,7 +524,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
     fields = support_fields(spec.inputs, text_fields)
     safe_body = "  return 1;" if not fields else SAFE_BODY
     pruning = _prune(forest, trees, sign) if prune and len(forest.low) > 1 else ""
-    cascading = _cascade(cascade[1], sign) if any("cascade(" in x for x in forest.lines) else ""
+    cascading = _cascade(cascade[1], sign) if forest.cut else ""
     offering = OFFER if pruning or cascading else ""
     return f"""/* farm-select C export (generated; do not edit). {prefix}
  * {note}
