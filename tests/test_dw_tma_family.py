@@ -35,8 +35,14 @@ def test_config_space():
         assert {c["rows"] for c in configs} == {1, 2, 4}
         banded = {(c["ch"], c["tile_h"], c["tile_w"], c["fr"], c["stride"]) for c in configs
                   if c["rows"] > 1}
-        assert banded and all(c["ch"] // c["vec"] * c["tile_w"] * c["rows"] == threads(c)
-                              for c in configs)
+        assert banded and all(c["ch"] // c["vec"] * c["tile_w"] // c.get("cols", 1) * c["rows"]
+                              == threads(c) for c in configs)
+        # columns a thread: 2 or 4, 64-channel blocks only, the key absent where it is 1 (the
+        # names of the one-column instances do not change)
+        blocked = [c for c in configs if "cols" in c]
+        assert blocked and {c["cols"] for c in blocked} == {2, 4}
+        assert all(c["ch"] == 64 and c["tile_w"] % c["cols"] == 0 and list(c)[-1] == "cols"
+                   and c["tile_h"] // c["rows"] * c["cols"] <= 8 for c in blocked)
     assert {c["stride"] for c in generate_configs("conv2d_bwd_data")} == {1}
     assert {c["stride"] for c in generate_configs("conv2d_fwd")} == {1, 2}
     assert FAMILY.instances("conv2d_fwd", "fp32") == []
@@ -127,14 +133,14 @@ def test_grid_keeps_each_block_on_one_channel_block_where_that_costs_little(chan
 
 
 def test_code_objects_compile_for_sm_90a():
-    """One code object per channel block, tile, stride, register bound and bands of rows, both
-    directions: those with 255 registers spill nothing. The GPU test compiles and verifies every one."""
+    """One code object per channel block, tile, stride, register bound, bands of rows and
+    columns a thread, both directions: those with 255 registers spill nothing. The GPU test compiles and verifies every one."""
     picked = {}
     for op in ("conv2d_fwd", "conv2d_bwd_data"):
         for inst in FAMILY.instances(op, "bf16"):
             c = inst.settings
             picked.setdefault((op, c["ch"], c["fr"], c["tile_h"] * c["tile_w"], c["stride"],
-                               register_cap(c), c["rows"]), inst)
+                               register_cap(c), c["rows"], c.get("cols", 1)), inst)
     failures = compile_failures(FAMILY, picked.values(), lambda inst: inst.operator,
                                 lambda inst: register_cap(inst.settings) == 255)
     assert not failures, "\n".join(failures[:20])

@@ -8,11 +8,13 @@
 // x IN_H, 128-byte-swizzled where CH is 64; zeros where the box leaves the tensor, so padding
 // costs nothing) into one of STAGES stages, STAGES - 1 items ahead of the one computed.
 //
-// Thread t owns channels VEC (t % (CH / VEC)) .. + VEC - 1 of the block and output column
-// (t / (CH / VEC)) % TILE_W in band t / (CH / VEC * TILE_W) of the tile's ROWS bands of rows,
-// and walks the band's input rows top to bottom: each row's FR input columns are read once (2
-// VEC bytes each) and added into every output row of the band they reach; an output row is
-// written as soon as its last input row is in. More bands: more threads a block, fewer
+// Thread t owns channels VEC (t % (CH / VEC)) .. + VEC - 1 of the block and the COLS adjacent
+// output columns from COLS * ((t / (CH / VEC)) % (TILE_W / COLS)) in band
+// t / (CH / VEC * TILE_W / COLS) of the tile's ROWS bands of rows, and walks the band's input
+// rows top to bottom: each row's SPAN input columns under its outputs are read once (2 VEC bytes
+// each) and added into every output row and column of the band they reach (more COLS: fewer
+// reads and conversions a product); an output row is written as soon as its last input row is
+// in. More bands: more threads a block, fewer
 // accumulators and a shorter chain a thread, the rows between bands read twice. The taps as
 // fp32 in registers (FR * FR * VEC: 72 for 3x3 filters and 8 channels, 100 for 5x5 and 4, 98
 // for 7x7 and 2); fp32 accumulation.
@@ -20,8 +22,18 @@
 // Macros: DW_OP (0 forward, 1 backward-data: dx = correlation of dy with the filter reversed
 // and the padding mirrored), CH (16, 32 or 64), VEC (8, 4 or 2), TILE_H, TILE_W, ROWS, STAGES,
 // FR (R == S), STRIDE (both directions), OCC (blocks a multiprocessor the registers must allow:
-// the persistent grid's blocks are all resident).
+// the persistent grid's blocks are all resident), COLS (output columns a thread, dividing
+// TILE_W).
 #include "dw_tma.cuh"
+
+#ifndef COLS
+#define COLS 1
+#endif
+#if TILE_W % COLS
+#error "COLS must divide TILE_W"
+#endif
+#define BAND_THREADS (PIECES * TILE_W / COLS)  // a band's threads
+#define SPAN ((COLS - 1) * STRIDE + FR)         // input columns under a thread's outputs
 
 #if FARM_DTYPE == 0 || !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #if FARM_DTYPE != 0
@@ -39,7 +51,7 @@ __device__ __forceinline__ void depthwise(const elem_t* __restrict__ w, elem_t* 
   using namespace dw;
   const Geometry g = geometry(p);
   const int tid = threadIdx.x, piece = tid % PIECES;
-  const int col = ROWS > 1 ? tid / PIECES % TILE_W : tid / PIECES;
+  const int col = (ROWS > 1 ? tid / PIECES % (TILE_W / COLS) : tid / PIECES) * COLS;
   const int items = g.N * ((g.Ho + TILE_H - 1) / TILE_H) * ((g.Wo + TILE_W - 1) / TILE_W) *
                     ((g.C + CH - 1) / CH);
   u64* bars;
@@ -80,36 +92,46 @@ __device__ __forceinline__ void depthwise(const elem_t* __restrict__ w, elem_t* 
     sm90_mbar_wait(&bars[stage], (k / STAGES) & 1);
     const int ow = it.ow0 + col;
     if (live && ow < g.Wo) {
-      float acc[BAND_H][VEC];
+      float acc[BAND_H][COLS][VEC];
 #pragma unroll
       for (int i = 0; i < BAND_H; ++i)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[i][e] = 0.0f;
-      const int band = ROWS > 1 ? tid / THREADS : 0, in0 = band * BAND_H * STRIDE;
+        for (int x = 0; x < COLS; ++x)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[i][x][e] = 0.0f;
+      const int band = ROWS > 1 ? tid / BAND_THREADS : 0, in0 = band * BAND_H * STRIDE;
       const int oh0 = it.oh0 + band * BAND_H;
       elem_t* dst = out + ((long)(it.n * g.Ho + oh0) * g.Wo + ow) * g.C + c;
       const long row_step = (long)g.Wo * g.C;
 #pragma unroll
       for (int ih = 0; ih < BAND_IN; ++ih) {
 #pragma unroll
-        for (int s = 0; s < FR; ++s) {
+        for (int q = 0; q < SPAN; ++q) {
           float u[VEC];
-          const int q = (in0 + ih) * IN_W + col * STRIDE + s;
-          unpack(*reinterpret_cast<const raw_t*>(in + box_offset(q, piece)), u);
+          const int at = (in0 + ih) * IN_W + col * STRIDE + q;
+          unpack(*reinterpret_cast<const raw_t*>(in + box_offset(at, piece)), u);
 #pragma unroll
-          for (int r = 0; r < FR; ++r) {
-            const int d = ih - r;
-            if (d < 0 || d % STRIDE || d / STRIDE >= BAND_H) continue;
-            const int oh = d / STRIDE;
-            const float* tap = f[r * FR + s];
+          for (int x = 0; x < COLS; ++x) {
+            const int s = q - x * STRIDE;  // the tap's column for output column x
+            if (s < 0 || s >= FR) continue;
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[oh][e] = fmaf(u[e], tap[e], acc[oh][e]);
+            for (int r = 0; r < FR; ++r) {
+              const int d = ih - r;
+              if (d < 0 || d % STRIDE || d / STRIDE >= BAND_H) continue;
+              const int oh = d / STRIDE;
+              const float* tap = f[r * FR + s];
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) acc[oh][x][e] = fmaf(u[e], tap[e], acc[oh][x][e]);
+            }
           }
         }
         const int done = ih - (FR - 1);  // the output row whose last input row this is
         if (done >= 0 && done % STRIDE == 0 && done / STRIDE < BAND_H) {
           const int oh = done / STRIDE;
-          if (oh0 + oh < g.Ho) *reinterpret_cast<raw_t*>(dst + oh * row_step) = pack(acc[oh]);
+#pragma unroll
+          for (int x = 0; x < COLS; ++x)
+            if (oh0 + oh < g.Ho && (x == 0 || ow + x < g.Wo))  // column 0: ow < Wo
+              *reinterpret_cast<raw_t*>(dst + oh * row_step + x * g.C) = pack(acc[oh][x]);
         }
       }
     }
@@ -122,13 +144,13 @@ __device__ __forceinline__ void depthwise(const elem_t* __restrict__ w, elem_t* 
 }
 
 #if DW_OP == 0
-extern "C" __global__ void __launch_bounds__(THREADS * ROWS, OCC)
+extern "C" __global__ void __launch_bounds__(BAND_THREADS * ROWS, OCC)
 conv2d_fwd(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __restrict__ y,
            ConvParams p, const __grid_constant__ TensorMap tmap_x) {
   depthwise(w, y, p, tmap_x);
 }
 #elif DW_OP == 1
-extern "C" __global__ void __launch_bounds__(THREADS * ROWS, OCC)
+extern "C" __global__ void __launch_bounds__(BAND_THREADS * ROWS, OCC)
 conv2d_bwd_data(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
                 elem_t* __restrict__ dx, ConvParams p, const __grid_constant__ TensorMap tmap_dy) {
   depthwise(w, dx, p, tmap_dy);

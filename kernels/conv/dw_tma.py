@@ -2,8 +2,9 @@
 Hopper's tensor memory accelerator (conv/dw_tma.cu, sm_90a only): persistent blocks take
 (block of `ch` channels, output tile) items, each item's haloed input tile arriving in shared
 memory by one bulk tensor copy (zeros outside the input: the padding) `stages` - 1 items ahead;
-a thread owns `vec` channels of one output column in one of `rows` bands of the tile's rows and
-walks the band's input rows once, writing each output row as soon as its last input row is in.
+a thread owns `vec` channels of one output column (or of `cols` adjacent ones, sharing their
+input reads) in one of `rows` bands of the tile's rows and walks the band's input rows once,
+writing each output row as soon as its last input row is in.
 Compiled per filter size (`fr`, R == S: 3, 5 or 7, with `vec` 8, 4 or 2 so that the taps fit in
 registers) and stride (both directions; backward-data stride 1 only); `ch` 16 or 32 for narrow
 layers, where 64 would leave most of a block idle. bf16 and fp16, C a multiple of 8 (the tensor
@@ -33,12 +34,14 @@ SM_SHARED = 228 * 1024
 SM_REGISTERS = 65536
 REGISTER_CAPS = (255, 168, 128)  # a thread's registers under the launch bounds (occ)
 BANDS = (1, 2, 4)  # bands of a tile's rows, a thread in one
+COLUMN_BLOCKS = (2, 4)  # adjacent output columns a thread (64-channel blocks), beside 1
 MAX_BANDED_THREADS = 512
 
 
 def threads(config: dict[str, Any]) -> int:
-    """A block's threads: vec channels of one column each, in every band of rows."""
-    return config["ch"] // config["vec"] * config["tile_w"] * config.get("rows", 1)
+    """A block's threads: vec channels of `cols` columns each, in every band of rows."""
+    return (config["ch"] // config["vec"] * config["tile_w"] // config.get("cols", 1)
+            * config.get("rows", 1))
 
 
 def box(config: dict[str, Any]) -> tuple[int, int]:
@@ -70,22 +73,33 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
     most 8 rows in one band, bands of 2 rows; the others spill), where that many blocks' shared
     memory fits. A tile's rows in one band a thread, or (2 stages) in 2 or 4 bands of at least 2
     rows, at most MAX_BANDED_THREADS a block: for small maps, whose few items leave each thread a
-    long chain."""
+    long chain. Then the same with 2 or 4 output columns a thread (`cols`, COLUMN_BLOCKS) where
+    the block has 64 channels (one pixel's row of the box a quarter-warp's reads: columns apart
+    cost no bank conflicts), each band whole warps, at most 8 rows x columns a thread (255
+    registers, or 168 for 3x3 filters)."""
     out = []
     for fr, vec in VECTORS.items():
         for stride in STRIDES[op]:
             for ch in CHANNEL_BLOCKS:
-                for (th, tw), rows in itertools.product(tiles(ch, vec), BANDS):
+                for (th, tw), rows, cols in itertools.product(tiles(ch, vec), BANDS,
+                                                              (1, *COLUMN_BLOCKS)):
                     base = {"ch": ch, "vec": vec, "tile_h": th, "tile_w": tw, "fr": fr,
-                            "stride": stride}
+                            "stride": stride, **({"cols": cols} if cols > 1 else {})}
                     if rows > 1 and (th % rows or th // rows < 2
                                      or threads(base) * rows > MAX_BANDED_THREADS):
                         continue
+                    if cols > 1 and (ch != 64 or tw % cols or threads(base) % 32
+                                     or th // rows * cols > 8):
+                        continue
                     caps = REGISTER_CAPS if th // rows <= (8 if rows == 1 else 2) \
                         else REGISTER_CAPS[:2]
+                    if cols > 1:  # (NVRTC: 5x5 and 7x7 taps spill at 168)
+                        caps = REGISTER_CAPS[:2] if fr == 3 else REGISTER_CAPS[:1]
                     occs = sorted({SM_REGISTERS // (threads(base) * rows * cap) for cap in caps})
                     for stages, occ in itertools.product((2, 3, 4) if rows == 1 else (2,), occs):
                         config = {**base, "stages": stages, "occ": occ, "rows": rows}
+                        if cols > 1:
+                            config["cols"] = config.pop("cols")  # last: the names before it
                         if occ and occ * (shared_bytes(config) + 1024) <= SM_SHARED:
                             out.append(config)
     return out
@@ -219,7 +233,7 @@ def generate_weight_configs() -> list[dict[str, Any]]:
     shared memory must fit."""
     out, tiles_seen = [], set()
     for c in generate_configs("conv2d_fwd"):
-        if c.pop("rows") > 1 or c["tile_h"] > 8:
+        if c.pop("rows") > 1 or c["tile_h"] > 8 or "cols" in c:
             continue
         tile = tuple((k, v) for k, v in c.items() if k not in ("occ", "stages"))
         if tile in tiles_seen:
