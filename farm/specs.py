@@ -86,8 +86,9 @@ FieldValues = int | str | list[int | str] | Range
 class Synthetic(_Strict):
     count: int = Field(ge=1, le=MAX_GENERATED)
     seed: int = 0
-    # training: the operator's synthetic_shapes; coverage: its wider coverage_shapes
-    space: Literal["training", "coverage"] = "training"
+    # one of the operator's shape_spaces: training (its synthetic_shapes), coverage (its wider
+    # coverage_shapes), or one it adds (a convolution's stages)
+    space: str = "training"
 
 
 class ProblemSource(_Strict):
@@ -213,11 +214,13 @@ def _expand(source: ProblemSource, spec: JobSpec, path: Path,
         return [_problem(spec, fields, f"{where}.inline[{i}]")
                 for i, fields in enumerate(source.inline)], 0
     if source.synthetic:
+        spaces = operator_spec(spec.operator).shape_spaces()
+        if source.synthetic.space not in spaces:
+            raise SpecError(f"{where}.synthetic.space", f"{spec.operator} has no shape space "
+                            f"{source.synthetic.space!r}; its spaces: {', '.join(spaces)}")
         try:
-            op = operator_spec(spec.operator)
-            generate = op.coverage_shapes if source.synthetic.space == "coverage" else \
-                op.synthetic_shapes
-            shapes = generate(source.synthetic.count, source.synthetic.seed)
+            shapes = spaces[source.synthetic.space](source.synthetic.count,
+                                                    source.synthetic.seed)
         except NotImplementedError as exc:
             raise SpecError(f"{where}.synthetic", str(exc)) from None
         return [_problem(spec, fields, f"{where}.synthetic") for fields in shapes], 0

@@ -158,6 +158,12 @@ class OperatorSpec(abc.ABC):
         the space, active sampling's pool); by default the same as synthetic_shapes."""
         return self.synthetic_shapes(count, seed)
 
+    def shape_spaces(self) -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
+        """The generated spaces a spec's `synthetic: {space: NAME}` draws (count, seed) shapes
+        from: training (synthetic_shapes), coverage (coverage_shapes) and any the operator
+        adds."""
+        return {"training": self.synthetic_shapes, "coverage": self.coverage_shapes}
+
     def shape_class(self, problem: Any) -> str:
         """A coarse class of the shape, for grouping in reports (a convolution's: dense,
         grouped or depthwise)."""

@@ -9,25 +9,8 @@ import pytest
 
 from farm.select.active import cost_gap, plan_batch, wrong_problems
 from farm.select.data import geometries
-from kernels.conv.synthetic import coverage_shapes, synthetic_shapes
+from kernels.conv.synthetic import coverage_shapes
 from tests.test_select import fwd  # noqa: F401 - the module's trained model fixture
-
-
-def test_coverage_shapes_are_valid_wider_and_repeatable():
-    from kernels.registry import operator_spec
-
-    shapes = coverage_shapes(500, seed=3)
-    assert shapes == coverage_shapes(500, seed=3) and len(shapes) == 500
-    spec = operator_spec("conv2d_fwd")
-    problems = [spec.problem("bf16", s) for s in shapes]  # every one valid
-    assert {spec.shape_class(p) for p in problems} == {"dense", "grouped", "depthwise"}
-    assert max(s["R"] for s in shapes) == 11 and max(s["dil_h"] for s in shapes) == 3
-    assert any(s["H"] != s["W"] for s in shapes) and any(s["K"] == 2 * s["C"] == 2 * s["G"]
-                                                         for s in shapes)
-    widths = {s["C"] // s["G"] for s in shapes if 1 < s["G"] < s["C"]}
-    assert {1, 3, 6, 12, 48} & widths  # group widths the training generator never draws
-    old = synthetic_shapes(500, seed=3)
-    assert max(s["R"] for s in old) <= 7
 
 
 def test_the_batch_is_new_shapes_near_wrong_choices_then_where_the_model_is_unsure(fwd):  # noqa: F811

@@ -4,12 +4,12 @@ reference, the shapes a sweep generates, the selection features and the vendor c
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kernels.conv.problem import CONV_FIELDS, CONV_OPERATORS, ConvProblem
-from kernels.conv.synthetic import coverage_shapes, synthetic_shapes
+from kernels.conv.synthetic import coverage_shapes, stage_shapes, synthetic_shapes
 from kernels.family import Launch, grid_stride_blocks
 from kernels.operator import OperatorSpec, Tensor, VendorCall
 from kernels.registry import register_operator
@@ -130,6 +130,10 @@ class ConvOperator(OperatorSpec):
 
     def coverage_shapes(self, count: int, seed: int) -> list[dict[str, Any]]:
         return coverage_shapes(count, seed)
+
+    def shape_spaces(self) -> dict[str, Callable[[int, int], list[dict[str, Any]]]]:
+        """Beside training and coverage, stages: layers as networks stack them (stage_shapes)."""
+        return {**super().shape_spaces(), "stages": stage_shapes}
 
     def shape_class(self, problem: ConvProblem) -> str:
         """dense (G = 1), depthwise (G = C) or grouped."""

@@ -105,3 +105,62 @@ def _coverage_draw(rng: random.Random) -> dict[str, int] | None:
     return {"N": n, "C": c, "K": k, "G": g, "H": h, "W": w, "R": r, "S": s,
             "stride_h": stride, "stride_w": stride, "pad_h": pad_h, "pad_w": pad_w,
             "dil_h": dil, "dil_w": dil}
+
+
+# The space of stage_shapes: layers where networks put them. A network's maps halve from stage
+# to stage while its channels grow, so narrow layers sit on large maps and wide ones on small
+# maps; drawn independently (synthetic_shapes, coverage_shapes) the two rarely meet.
+_STAGE_MAPS = (224, 112, 56, 28, 14, 7)  # a stage's maps; now and then one pixel more
+_STAGE_WIDTHS = (8, 16, 24, 32, 48, 64)  # the channels at 112x112 (half that at 224)
+_STAGE_LAYERS = ("pointwise", "pointwise", "pointwise", "depthwise", "depthwise", "grouped",
+                 "dense")
+_STAGE_RATIOS = (0.25, 0.5, 1, 1, 2, 4, 6)  # a layer's channels over its stage's width
+_STAGE_WIDTHS_A_GROUP = (4, 8, 16, 32, 64)
+
+
+def stage_shapes(count: int, seed: int = 0) -> list[dict[str, int]]:
+    """`count` distinct valid shapes drawn as networks stack their layers: a stage of maps from
+    224 to 7 pixels (one more now and then), whose channels are 8 to 64 at 112x112 and double
+    each stage, and in it a 1x1 layer that expands, keeps or projects the channels (up to 6 times),
+    a depthwise 3x3 to 7x7 (multiplier 1 or 2), a grouped 3x3 of 4 to 64 channels a group or a
+    dense 3x3; stride 2 into a stage now and then; batch 1 to 64. The narrow layers on large
+    maps and the wide ones on small maps that real networks have, over a continuum of widths
+    rather than a list of networks; the same (count, seed) always gives the same shapes."""
+    return distinct_shapes(count, seed, _stage_draw)
+
+
+def _round8(x: float) -> int:
+    return max(8, min(2048, int(round(x / 8)) * 8))
+
+
+def _stage_draw(rng: random.Random) -> dict[str, int] | None:
+    """One shape of stage_shapes' space; None where it is not valid."""
+    stage = rng.randrange(len(_STAGE_MAPS))
+    out = _STAGE_MAPS[stage] + (1 if rng.random() < 0.15 else 0)
+    width = rng.choice(_STAGE_WIDTHS) * 2.0 ** (stage - 1) * rng.uniform(0.75, 1.5)
+    c = _round8(width * rng.choice(_STAGE_RATIOS))
+    kind = rng.choice(_STAGE_LAYERS)
+    stride = 2 if out <= 112 and rng.random() < 0.2 else 1
+    if kind == "pointwise":
+        r, g, k = 1, 1, _round8(c * rng.choice((1 / 6, 0.25, 0.5, 1, 2, 4, 6)))
+    elif kind == "depthwise":
+        r, g = rng.choice((3, 3, 5, 7)), c
+        k = c * rng.choice((1, 1, 1, 2))
+    elif kind == "grouped":
+        widths = [w for w in _STAGE_WIDTHS_A_GROUP if c % w == 0 and w < c]
+        if not widths:
+            return None
+        r, g, k = 3, c // rng.choice(widths), c
+    else:
+        r, g, k = 3, 1, c * rng.choice((1, 1, 2))
+    h = (out - 1) * stride + 1 if stride == 2 else out  # the input map under `out` outputs
+    h = h + (1 if stride == 2 and rng.random() < 0.5 else 0)
+    pad = r // 2
+    n = rng.choice(_BATCH)
+    p = (h + 2 * pad - r) // stride + 1
+    if n * h * h * c > _MAX_ELEMENTS or n * p * p * k > _MAX_ELEMENTS \
+            or n * k * (c // g) * r * r * p * p > _MAX_MACS:
+        return None
+    return {"N": n, "C": c, "K": k, "G": g, "H": h, "W": h, "R": r, "S": r,
+            "stride_h": stride, "stride_w": stride, "pad_h": pad, "pad_w": pad,
+            "dil_h": 1, "dil_w": 1}
