@@ -29,6 +29,7 @@ Usage: python -m bench.select_eval --recording jobs/recordings/h100-*.parquet
            [--ops conv2d_fwd conv2d_bwd_data conv2d_bwd_weight] [--timing-rows 100000]
        python -m bench.select_eval --db URL [--ops conv2d_fwd] [--arch sm_90] [--dtype bf16]
            [--rows 100000] [--shapes 1000] [--folds networks|default] [--seed-synthetic N]
+           [--kinds ranker ...]
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from farm.select.data import Dataset, load_dataset
 from farm.select.evaluate import Efficiency
 from farm.select.export import C_FILE, bundle_files, c_files
 from farm.select.selector import Selector
-from farm.select.train import CANDIDATE_RULES, TrainConfig, train
+from farm.select.train import CANDIDATE_RULES, KINDS, TrainConfig, train
 from farm.store import open_store
 from kernels.registry import operator_spec
 
@@ -271,7 +272,7 @@ def evaluate_op(store, op: str, args, resources) -> dict:
                          candidates=args.candidates, covers=args.covers,
                          learn_close=not args.no_learn_close, guard_depth=args.guard_depth,
                          rounds=args.rounds, learning_rate=args.learning_rate,
-                         num_leaves=args.num_leaves, seed=args.seed)
+                         num_leaves=args.num_leaves, seed=args.seed, kinds=tuple(args.kinds))
     data = cap_rows(load_dataset(store, op, args.arch, args.dtype, resources=resources),
                     args.rows)
     synthetic = bool(data.window.get("synthetic"))
@@ -362,6 +363,8 @@ def main() -> None:
                         help="LightGBM's seed (feature sampling)")
     parser.add_argument("--guard-depth", type=int, default=TrainConfig.guard_depth,
                         help="the model's best this many: a safe candidate first (0: off)")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                        help="the model kinds trained; the validation split picks among them")
     parser.add_argument("--shift-recording", type=Path, default=None, metavar="FILE",
                         help="one of the recordings: its shapes held out from a model trained "
                              "on the others")
