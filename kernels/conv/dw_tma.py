@@ -84,22 +84,23 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
                 for (th, tw), rows, cols in itertools.product(tiles(ch, vec), BANDS,
                                                               (1, *COLUMN_BLOCKS)):
                     base = {"ch": ch, "vec": vec, "tile_h": th, "tile_w": tw, "fr": fr,
-                            "stride": stride, **({"cols": cols} if cols > 1 else {})}
+                            "stride": stride}
+                    band = threads({**base, "cols": cols})  # a band's threads
                     if rows > 1 and (th % rows or th // rows < 2
-                                     or threads(base) * rows > MAX_BANDED_THREADS):
+                                     or band * rows > MAX_BANDED_THREADS):
                         continue
-                    if cols > 1 and (ch != 64 or tw % cols or threads(base) % 32
+                    if cols > 1 and (ch != 64 or tw % cols or band % 32
                                      or th // rows * cols > 8):
                         continue
-                    caps = REGISTER_CAPS if th // rows <= (8 if rows == 1 else 2) \
-                        else REGISTER_CAPS[:2]
                     if cols > 1:  # (NVRTC: 5x5 and 7x7 taps spill at 168)
                         caps = REGISTER_CAPS[:2] if fr == 3 else REGISTER_CAPS[:1]
-                    occs = sorted({SM_REGISTERS // (threads(base) * rows * cap) for cap in caps})
+                    else:
+                        caps = REGISTER_CAPS if th // rows <= (8 if rows == 1 else 2) \
+                            else REGISTER_CAPS[:2]
+                    occs = sorted({SM_REGISTERS // (band * rows * cap) for cap in caps})
+                    columns = {"cols": cols} if cols > 1 else {}  # last: the names before it
                     for stages, occ in itertools.product((2, 3, 4) if rows == 1 else (2,), occs):
-                        config = {**base, "stages": stages, "occ": occ, "rows": rows}
-                        if cols > 1:
-                            config["cols"] = config.pop("cols")  # last: the names before it
+                        config = {**base, "stages": stages, "occ": occ, "rows": rows, **columns}
                         if occ and occ * (shared_bytes(config) + 1024) <= SM_SHARED:
                             out.append(config)
     return out

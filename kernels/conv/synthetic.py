@@ -153,7 +153,7 @@ def _stage_draw(rng: random.Random) -> dict[str, int] | None:
         r, g, k = 3, c // rng.choice(widths), c
     else:
         r, g, k = 3, 1, c * rng.choice((1, 1, 2))
-    h = (out - 1) * stride + 1 if stride == 2 else out  # the input map under `out` outputs
+    h = (out - 1) * stride + 1  # the input map under `out` outputs
     h = h + (1 if stride == 2 and rng.random() < 0.5 else 0)
     pad = r // 2
     n = rng.choice(_BATCH)
