@@ -40,7 +40,7 @@ def test_config_space(op):
         assert shared_bytes(c) <= SMEM_OPT_IN and 2 <= c["stages"] <= 7
         assert threads(c) <= 512
         assert ("split_k" in c) == ("fused_reduce" in c) == (op == "conv2d_bwd_weight")
-    assert {c["tma"] for c in configs} == ({0, 1, 2} if op == "conv2d_fwd" else {0, 1})
+    assert {c["tma"] for c in configs} == {0, 1, 2}
 
 
 def test_applicability_reasons():
@@ -55,6 +55,13 @@ def test_applicability_reasons():
     data = instance("conv2d_bwd_data", block_m=64, block_n=64, tma=1)
     assert "Kg a multiple of 64" in FAMILY.applicable(data, problem("conv2d_bwd_data", K=72))
     assert FAMILY.applicable(data, problem("conv2d_bwd_data", K=128)) is None
+    pointwise_one = dict(R=1, S=1, pad_h=0, pad_w=0)
+    for op in ("conv2d_bwd_data", "conv2d_bwd_weight"):  # tma 2: 1x1, stride 1, G = 1
+        plain = instance(op, block_m=64, block_n=64, tma=2)
+        assert "1x1" in FAMILY.applicable(plain, problem(op))
+        assert "1x1" in FAMILY.applicable(plain, problem(op, **pointwise_one, stride_h=2))
+        assert "1x1" in FAMILY.applicable(plain, problem(op, **pointwise_one, G=2))
+        assert FAMILY.applicable(plain, problem(op, K=72, **pointwise_one)) is None  # any 8 K
     wide = instance("conv2d_fwd", block_m=64, block_n=256, tma=0)
     assert "block_n=256" in FAMILY.applicable(wide, problem("conv2d_fwd", K=32))
 
@@ -70,6 +77,14 @@ def test_tensor_maps_follow_the_layouts():
     assert m.strides == (2 * 24, 2 * 24 * 5, 2 * 24 * 15)
     (d,) = FAMILY.tensor_maps(instance("conv2d_bwd_weight", tma=1), problem("conv2d_bwd_weight"))
     assert d == TensorMap("dy", (64, 2 * 8 * 8), (128,), (64, 64))
+    r = problem("conv2d_bwd_data", C=48, K=72, R=1, S=1, pad_h=0, pad_w=0)
+    (dy_map, w_map) = FAMILY.tensor_maps(instance("conv2d_bwd_data", block_m=256, tma=2), r)
+    assert dy_map == TensorMap("dy", (72, 2 * 8 * 8), (144,), (64, 256))  # [NPQ][K], K-major A
+    assert w_map.dims == (48, 1, 1, 72) and w_map.box == (64, 1, 1, 64)  # k-tiles past K: zeros
+    s = problem("conv2d_bwd_weight", C=48, K=72, R=1, S=1, pad_h=0, pad_w=0)
+    (dy_map, x_map) = FAMILY.tensor_maps(instance("conv2d_bwd_weight", tma=2), s)
+    assert dy_map == TensorMap("dy", (72, 2 * 8 * 8), (144,), (64, 64))
+    assert x_map == TensorMap("x", (48, 2 * 8 * 8), (96,), (64, 64))  # [NHW][C], MN-major B
     assert FAMILY.tensor_maps(fwd := instance("conv2d_fwd", tma=0), p) == ()
     assert all(not isinstance(a, TensorMap) for a in FAMILY.launches(fwd, p)[0].args)
 

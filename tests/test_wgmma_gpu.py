@@ -31,6 +31,10 @@ EDGES = [
     # more tiles than the persistent grid's blocks: the stages' ring runs on across tiles
     dict(N=8, C=64, K=72, G=1, H=56, W=56, R=3, S=3, pad_h=1, pad_w=1),
     dict(N=1, C=512, K=512, G=1, H=4, W=4, R=3, S=3, pad_h=1, pad_w=1),
+    # 1x1 at stride 1 (tma 2 reads x or dy as a plain matrix): K and C not multiples of 64,
+    # ragged rows, and more tiles than blocks with a reduction of four k-tiles, the last ragged
+    dict(N=2, C=136, K=40, G=1, H=15, W=13, R=1, S=1),
+    dict(N=8, C=96, K=200, G=1, H=56, W=56, R=1, S=1),
 ]
 
 
@@ -61,6 +65,8 @@ SPLIT_EDGES = [
     dict(N=1, C=512, K=512, G=1, H=4, W=4, R=3, S=3, pad_h=1, pad_w=1),
     dict(N=1, C=512, K=512, G=4, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
     dict(N=1, C=64, K=512, G=1, H=15, W=13, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+    # 1x1 (tma 2): a reduction whose last k-tile is ragged, rows fewer than a tile
+    dict(N=1, C=200, K=1000, G=1, H=7, W=7, R=1, S=1),
 ]
 
 

@@ -18,8 +18,9 @@
 // With TMA, the operand that is a plain strided tensor arrives by bulk tensor copies instead
 // (tensor maps built on the host, conv/wgmma.py), issued by one producer thread and completed
 // on the stage's mbarrier, which the consumers wait on besides FULL: TMA 1 is fwd's and
-// bwd_data's weight (B) or bwd_weight's dy (A); TMA 2 is fwd's weight and, for a 1x1
-// convolution of stride 1 without padding and groups, its input (A) too.
+// bwd_data's weight (B) or bwd_weight's dy (A); TMA 2 adds, for a 1x1 convolution of stride 1
+// without padding and groups, the operand that is then a plain [N*H*W][channels] matrix too:
+// fwd's x (A), bwd_data's dy (A), bwd_weight's x (B).
 // Operands with K contiguous in memory (fwd A and B, bwd_data A) are K-major tiles; the others
 // (bwd_data B, bwd_weight A and B) MN-major, read by wgmma transposed (sm90.cuh's layouts).
 //
@@ -52,11 +53,11 @@
 #define TMA_A (TMA == 2)
 #define TMA_B (TMA >= 1)
 #elif IGEMM_OP == 1
-#define TMA_A 0
-#define TMA_B (TMA == 1)
+#define TMA_A (TMA == 2)
+#define TMA_B (TMA >= 1)
 #else
-#define TMA_A (TMA == 1)
-#define TMA_B 0
+#define TMA_A (TMA >= 1)
+#define TMA_B (TMA == 2)
 #endif
 // the kernels' tensor map parameters
 #if TMA_A && TMA_B
@@ -373,9 +374,15 @@ conv2d_bwd_data(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
       la.init(dy, p, rz, m0, threadIdx.x - 128 * CONSUMERS);
       LoaderB lb;
       lb.init(w, p, rz, n0, threadIdx.x - 128 * CONSUMERS);
-      produce(stages, bars, la, lb, 0, steps, step, [&](int kt, unsigned char*,
+      produce(stages, bars, la, lb, 0, steps, step, [&](int kt, unsigned char* a,
                                                         unsigned char* b, u64* bar) {
-#if TMA_B  // w as [K][R][S][Cg]: one tap (Kg is a multiple of 64), 64 k, BN / 64 blocks of c
+#if TMA_A  // dy as [NPQ][K] (1x1, stride 1, no padding, G = 1): BM pixels, 64 channels
+        sm90_tma_2d(a, tmap_a, kt * BK, m0, bar);
+#else
+        (void)a;
+#endif
+#if TMA_B  // w as [K][R][S][Cg]: one tap (Kg a multiple of 64, or 1x1 with G = 1, where the
+           // k-tiles past K are zeros), 64 k, BN / 64 blocks of c
         const int kk = kt * BK, j = kk / p.Kg, k = kk - j * p.Kg, jr = j / rz.tw.count;
         const int r = rz.th.r0 + jr * rz.th.step;
         const int s = rz.tw.r0 + (j - jr * rz.tw.count) * rz.tw.step;
@@ -423,7 +430,7 @@ __device__ __forceinline__ void bwd_weight(const elem_t* __restrict__ x,
                                            const elem_t* __restrict__ dy, elem_t* __restrict__ dw,
                                            const ConvParams& p, float* __restrict__ ws,
                                            int kt_per_split, int splits, int fused_reduce,
-                                           const TensorMap* tmap_a) {
+                                           const TensorMap* tmap_a, const TensorMap* tmap_b) {
   using namespace ig;
   const int g = blockIdx.z % p.G, slice = blockIdx.z / p.G;
   const int CRS = p.Cg * p.R * p.S, KT = (p.N * p.P * p.Q + BK - 1) / BK;
@@ -447,11 +454,18 @@ __device__ __forceinline__ void bwd_weight(const elem_t* __restrict__ x,
       LoaderB lb;
       lb.init(x, p, g, n0, threadIdx.x - 128 * CONSUMERS);
       produce(stages, bars, la, lb, kt0, kt1, step, [&](int kt, unsigned char* a,
-                                                        unsigned char*, u64* bar) {
+                                                        unsigned char* b, u64* bar) {
 #if TMA_A  // dy as [NPQ][K]: 64 rows of the reduction, BM / 64 blocks of k
 #pragma unroll
         for (int c = 0; c < BM / 64; ++c)
           sm90_tma_2d(a + c * MN_BLOCK_BYTES, *tmap_a, kg + m0 + 64 * c, kt * BK, bar);
+#endif
+#if TMA_B  // x as [NHW][C] (1x1, stride 1, no padding, G = 1): the same rows, BN / 64 blocks of c
+#pragma unroll
+        for (int c = 0; c < BN / 64; ++c)
+          sm90_tma_2d(b + c * MN_BLOCK_BYTES, *tmap_b, n0 + 64 * c, kt * BK, bar);
+#else
+        (void)b;
 #endif
       });
     }
@@ -499,10 +513,12 @@ __device__ __forceinline__ void bwd_weight(const elem_t* __restrict__ x,
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 conv2d_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
                   elem_t* __restrict__ dw, ConvParams p MAPS) {
-#if TMA_A
-  bwd_weight<false>(x, dy, dw, p, nullptr, 0, 1, 0, &tmap_a);
+#if TMA_B
+  bwd_weight<false>(x, dy, dw, p, nullptr, 0, 1, 0, &tmap_a, &tmap_b);
+#elif TMA_A
+  bwd_weight<false>(x, dy, dw, p, nullptr, 0, 1, 0, &tmap_a, nullptr);
 #else
-  bwd_weight<false>(x, dy, dw, p, nullptr, 0, 1, 0, nullptr);
+  bwd_weight<false>(x, dy, dw, p, nullptr, 0, 1, 0, nullptr, nullptr);
 #endif
 }
 
@@ -510,10 +526,12 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 wgmma_bwd_weight_split(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
                        elem_t* __restrict__ dw, float* __restrict__ ws, ConvParams p,
                        int kt_per_split, int splits, int fused_reduce MAPS) {
-#if TMA_A
-  bwd_weight<true>(x, dy, dw, p, ws, kt_per_split, splits, fused_reduce, &tmap_a);
+#if TMA_B
+  bwd_weight<true>(x, dy, dw, p, ws, kt_per_split, splits, fused_reduce, &tmap_a, &tmap_b);
+#elif TMA_A
+  bwd_weight<true>(x, dy, dw, p, ws, kt_per_split, splits, fused_reduce, &tmap_a, nullptr);
 #else
-  bwd_weight<true>(x, dy, dw, p, ws, kt_per_split, splits, fused_reduce, nullptr);
+  bwd_weight<true>(x, dy, dw, p, ws, kt_per_split, splits, fused_reduce, nullptr, nullptr);
 #endif
 }
 #endif

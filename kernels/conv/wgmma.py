@@ -12,9 +12,10 @@ consumer warpgroup computes (64 or 128), `stages` shared memory stages (dynamic,
 reduction (0: as many as fill the GPU) ended by `fused_reduce` in the kernel (the last slice
 of a tile converts it) or by a third launch. tma 1: the operand that is a plain strided tensor
 (the weight in fwd and bwd_data, dy in bwd_weight) arrives by TMA bulk tensor copies (a tensor
-map per launch) instead of cp.async; tma 2 (fwd): the input too, for 1x1 convolutions of
-stride 1 without padding or groups, where it is a plain [N*H*W][C] matrix. backward-data's
-TMA weight needs K/G a multiple of 64 (one filter tap a k-tile).
+map per launch) instead of cp.async; tma 2: the other operand too (x in fwd and bwd_weight, dy
+in bwd_data), for 1x1 convolutions of stride 1 without padding or groups, where it is a plain
+[N*H*W][channels] matrix. backward-data's TMA weight needs K/G a multiple of 64 (one filter tap a k-tile) with
+tma 1; with tma 2 (one tap, one group) the k-tiles past K are the tensor map's zeros.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ TILES = [(128, 256, 1, 64), (128, 128, 1, 64), (128, 64, 1, 64), (64, 256, 1, 64
          (64, 256, 2, 64), (256, 128, 1, 128), (256, 64, 1, 128), (128, 128, 1, 128)]
 SPLITS = (0, 1, 4, 16, 64)  # 0: the slices that fill the GPU (WgmmaConv.splits)
 SMALLEST = 64
-TMA_MODES = {"conv2d_fwd": (0, 1, 2), "conv2d_bwd_data": (0, 1), "conv2d_bwd_weight": (0, 1)}
+TMA_MODES = {"conv2d_fwd": (0, 1, 2), "conv2d_bwd_data": (0, 1, 2), "conv2d_bwd_weight": (0, 1, 2)}
 BARRIER_BYTES = 64  # the stages' mbarriers
 SM_SHARED = 228 * 1024
 SM_REGISTERS = 65536
@@ -119,7 +120,9 @@ class WgmmaConv(IGemmConv):
                 1, 1, 1, 1, 0, 0, 1):
             return ("tma=2 reads the input as a plain matrix: 1x1, stride 1, no padding, G=1 "
                     "only")
-        if tma and p.op == "conv2d_bwd_data" and p.k_per_group % BLOCK_K:
+        if tma == 2 and (p.C % 8 or p.K % 8):
+            return f"tma=2 reads x and dy as plain matrices: C={p.C} and K={p.K} multiples of 8"
+        if tma == 1 and p.op == "conv2d_bwd_data" and p.k_per_group % BLOCK_K:
             return f"tma=1 in bwd_data needs Kg a multiple of {BLOCK_K} (Kg={p.k_per_group})"
         return None
 
@@ -140,9 +143,16 @@ class WgmmaConv(IGemmConv):
             return pixels, weight
         if p.op == "conv2d_bwd_data":
             cg = p.c_per_group
-            return (TensorMap("w", (cg, p.S, p.R, p.K), (2 * cg, 2 * cg * p.S, 2 * crs),
-                              (64, 1, 1, BLOCK_K)),)
-        return (TensorMap("dy", (p.K, p.N * p.P * p.Q), (2 * p.K,), (64, BLOCK_K)),)
+            weight = TensorMap("w", (cg, p.S, p.R, p.K), (2 * cg, 2 * cg * p.S, 2 * crs),
+                               (64, 1, 1, BLOCK_K))
+            if tma == 1:
+                return (weight,)
+            pixels = TensorMap("dy", (p.K, p.N * p.P * p.Q), (2 * p.K,), (BLOCK_K, c["block_m"]))
+            return pixels, weight
+        dy = TensorMap("dy", (p.K, p.N * p.P * p.Q), (2 * p.K,), (64, BLOCK_K))
+        if tma == 1:
+            return (dy,)
+        return dy, TensorMap("x", (p.C, p.N * p.H * p.W), (2 * p.C,), (64, BLOCK_K))
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem

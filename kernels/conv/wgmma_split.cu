@@ -140,8 +140,13 @@ wgmma_bwd_data_split(const elem_t* __restrict__ dy, const elem_t* __restrict__ w
       la.init(dy, p, rz, m0, threadIdx.x - 128 * CONSUMERS);
       LoaderB lb;
       lb.init(w, p, rz, n0, threadIdx.x - 128 * CONSUMERS);
-      produce(stages, bars, la, lb, kt0, kt1, step, [&](int kt, unsigned char*,
+      produce(stages, bars, la, lb, kt0, kt1, step, [&](int kt, unsigned char* a,
                                                         unsigned char* b, u64* bar) {
+#if TMA_A  // dy as [NPQ][K] (tma 2: 1x1, stride 1, no padding, G = 1)
+        sm90_tma_2d(a, tmap_a, kt * BK, m0, bar);
+#else
+        (void)a;
+#endif
 #if TMA_B
         const int kk = kt * BK, j = kk / p.Kg, k = kk - j * p.Kg, jr = j / rz.tw.count;
         const int r = rz.th.r0 + jr * rz.th.step;
