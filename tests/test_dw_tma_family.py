@@ -164,14 +164,16 @@ def test_backward_weight_configurations_fit():
 
 def test_backward_weight_splits_the_tiles_over_the_resident_blocks_or_a_cluster():
     for shape in (dict(N=32, C=144, K=144, G=144, H=56, W=56), dict(N=1, C=1152, K=1152,
-                                                                   G=1152, H=7, W=7)):
+                                                                   G=1152, H=7, W=7),
+                  dict(N=1, C=144, K=144, G=144, H=7, W=7, stride_h=2, stride_w=2)):
         p = problem("conv2d_bwd_weight", **shape)
         for inst in WEIGHT_FAMILY.instances("conv2d_bwd_weight", "bf16"):
             if WEIGHT_FAMILY.applicable(inst, p):
                 continue
             c = inst.settings
             blocks = -(-p.C // c["ch"])
-            tiles = WEIGHT_FAMILY.items(inst, p) // blocks
+            tiles = p.N * -(-p.P // c["tile_h"]) * -(-p.Q // c["tile_w"])  # dy's tiles
+            assert WEIGHT_FAMILY.items(inst, p) == tiles * blocks
             splits = WEIGHT_FAMILY.splits(inst, p)
             launches = WEIGHT_FAMILY.launches(inst, p)
             main = launches[0]

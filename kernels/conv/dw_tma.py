@@ -167,8 +167,10 @@ class DepthwiseTmaConv(KernelFamily):
 
     @staticmethod
     def items(instance: Instance, p: ConvProblem) -> int:
+        """(tile, channel block) items over the map a direction's tiles cover: dx in
+        backward-data, y in forward and dy in backward-weight."""
         c = instance.settings
-        out_h, out_w = (p.P, p.Q) if p.op == "conv2d_fwd" else (p.H, p.W)
+        out_h, out_w = (p.H, p.W) if p.op == "conv2d_bwd_data" else (p.P, p.Q)
         return (p.N * _cdiv(out_h, c["tile_h"]) * _cdiv(out_w, c["tile_w"])
                 * _cdiv(p.C, c["ch"]))
 
