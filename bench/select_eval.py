@@ -272,7 +272,8 @@ def evaluate_op(store, op: str, args, resources) -> dict:
                          candidates=args.candidates, covers=args.covers,
                          learn_close=not args.no_learn_close, guard_depth=args.guard_depth,
                          rounds=args.rounds, learning_rate=args.learning_rate,
-                         num_leaves=args.num_leaves, seed=args.seed, kinds=tuple(args.kinds))
+                         num_leaves=args.num_leaves, seed=args.seed,
+                         kinds=tuple(args.kinds) if args.kinds else None)
     data = cap_rows(load_dataset(store, op, args.arch, args.dtype, resources=resources),
                     args.rows)
     synthetic = bool(data.window.get("synthetic"))
@@ -363,8 +364,9 @@ def main() -> None:
                         help="LightGBM's seed (feature sampling)")
     parser.add_argument("--guard-depth", type=int, default=TrainConfig.guard_depth,
                         help="the model's best this many: a safe candidate first (0: off)")
-    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
-                        help="the model kinds trained; the validation split picks among them")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=None,
+                        help="the model kinds trained; the validation split picks among them "
+                             "(default: the operator's)")
     parser.add_argument("--shift-recording", type=Path, default=None, metavar="FILE",
                         help="one of the recordings: its shapes held out from a model trained "
                              "on the others")

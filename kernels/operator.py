@@ -80,8 +80,9 @@ class OperatorSpec(abc.ABC):
     # recordings 0.97 is as good on held-out networks as every candidate, and better on
     # generated shapes of another distribution (docs/BENCHMARKS.md)
     # A selection model's boosting settings where they differ from farm/select/train.py's
-    # BOOSTING (rounds, learning_rate, hybrid_rounds, num_leaves); an explicit TrainConfig
-    # value (farm train --rounds ...) overrides them.
+    # BOOSTING (rounds, learning_rate, hybrid_rounds, num_leaves) and the model kinds trained
+    # (`kinds`, default every one); an explicit TrainConfig value (farm train --rounds ...)
+    # overrides them.
     training: ClassVar[Mapping[str, Any]] = {}
     # The networks a selection model is scored on and never trained on, by default; with none
     # of them among the measured problems, a hash of the shape holds out a share instead.

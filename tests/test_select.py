@@ -26,7 +26,7 @@ from farm.select.export import C_FILE, bundle_files, c_files
 from farm.select.registry import register, retrain_due
 from farm.select.selector import SelectionError, Selector
 from farm.select.synthetic import seed_synthetic, synthetic_problems
-from farm.select.train import cost_of, pair_features, train, usable
+from farm.select.train import KINDS, TrainConfig, cost_of, pair_features, train, usable
 from farm.store import open_store
 from farm.store.queries import ModelQueries
 from kernels.conv.synthetic import synthetic_shapes
@@ -34,12 +34,12 @@ from kernels.conv.synthetic import synthetic_shapes
 ARCH, DTYPE = "sm_90", "bf16"
 
 
-def trained(folder, op, networks, random):
+def trained(folder, op, networks, random, config=None):
     url = f"sqlite:///{folder / f'{op}.db'}"
     store = open_store(url)
     seed_synthetic(store, synthetic_problems(op, DTYPE, networks, random))
     data = load_dataset(store, op, ARCH, DTYPE)
-    model = train(data)
+    model = train(data, config or TrainConfig())
     files = bundle_files(model)
     files[C_FILE] = c_files(files)[C_FILE]
     return SimpleNamespace(url=url, store=store, data=data, model=model, files=files,
@@ -52,7 +52,7 @@ def fwd(tmp_path_factory):
     folder = tmp_path_factory.mktemp("select")
     patch = pytest.MonkeyPatch()
     patch.setenv("FARM_SELECT_CACHE", str(folder / "cache"))
-    yield trained(folder, "conv2d_fwd", 150, 60)
+    yield trained(folder, "conv2d_fwd", 150, 60, TrainConfig(kinds=KINDS))  # every kind
     patch.undo()
 
 
@@ -698,7 +698,9 @@ def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, 
     spec = operator_spec("conv2d_fwd")
     assert TrainConfig().for_operator("conv2d_bwd_data") == TrainConfig(
         rounds=BOOSTING["rounds"], learning_rate=BOOSTING["learning_rate"], hybrid_rounds=40,
-        num_leaves=BOOSTING["num_leaves"], **CANDIDATES)
+        num_leaves=BOOSTING["num_leaves"], kinds=("ranker",), **CANDIDATES)
+    assert TrainConfig().for_operator("groupnorm_bwd").kinds == KINDS  # the operator sets none
+    assert TrainConfig(kinds=("hybrid",)).for_operator("conv2d_fwd").kinds == ("hybrid",)
     monkeypatch.setattr(spec, "training", {"rounds": 7, "learning_rate": 0.5, "covers": 3})
     assert TrainConfig(rounds=9).for_operator("conv2d_fwd").rounds == 9
     url = f"sqlite:///{tmp_path / 'own.db'}"

@@ -1,8 +1,9 @@
 """Training per (operator, architecture, dtype): a LightGBM regressor on log latency, a
 lambdarank ranker grouped by problem, and a hybrid (boosting first on each pair's log speed
 relative to its problem's fastest, so that the trees know how much slower a candidate is, then
-on lambdarank from there, as one model), each early-stopped on the validation problems; the one
-of higher validation efficiency is kept and scored on the held-out problems.
+on lambdarank from there, as one model), each early-stopped on the validation problems; of
+the kinds trained (the operator's, or every one) the one of higher validation efficiency is
+kept and scored on the held-out problems.
 
 Rows are the measured pairs of problems that have at least one applicable `ok` time. A failed
 pair (wrong result, launch error, timeout) teaches the models to avoid it: the regressor sees
@@ -62,7 +63,8 @@ class TrainConfig:
     # they rank last and the selector's lazy applicability check stops at once
     inapplicable_weight: float = 0.05  # the regressor's weight of those rows
     truncation: int = 80  # lambdarank: pairs with one member this high in the list count
-    kinds: tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] | None = None  # the kinds trained, the validation split picking
+    # among them; None: the operator's (OperatorSpec.training `kinds`), else KINDS
     threads: int = 1  # OpenMP threads; more only pays on an otherwise idle machine
     seed: int = 0
     keep_within: float | None = None  # candidates kept: close means within this fraction of
@@ -79,7 +81,7 @@ class TrainConfig:
     def for_operator(self, operator: str) -> TrainConfig:
         """This config with the boosting and candidate settings it leaves None set to the
         operator's (OperatorSpec.training), else to BOOSTING and CANDIDATES."""
-        own = {**BOOSTING, **CANDIDATES, **operator_spec(operator).training}
+        own = {**BOOSTING, **CANDIDATES, "kinds": KINDS, **operator_spec(operator).training}
         given = replace(self, **{k: v for k, v in own.items() if getattr(self, k) is None})
         if given.hybrid_rounds is None:
             given = replace(given, hybrid_rounds=max(round(HYBRID_SHARE * given.rounds), 1))

@@ -90,6 +90,9 @@ class ConvOperator(OperatorSpec):
     vendor_source = "vendor: torch.nn.functional.conv2d / aten.convolution_backward"
     generate_order = GENERATE_ORDER
     interactions = INTERACTIONS
+    # The ranker alone: on held-out networks it chooses better than the model the validation
+    # split picks among the kinds, in every direction (docs/BENCHMARKS.md, 2026-11-28)
+    training = {"kinds": ("ranker",)}
 
     def __init__(self, name: str) -> None:
         if name not in CONV_OPERATORS:
