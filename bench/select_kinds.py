@@ -19,29 +19,21 @@ import platform
 import tempfile
 from pathlib import Path
 
-import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
 from bench.common import write_result
 from bench.select_eval import cap_rows, recorded_datasets
 from farm.select.catalogue import no_resources
-from farm.select.crossval import networks_of, resplit
+from farm.select.crossval import networks_of, resplit, scored
 from farm.select.data import batch_free, geometries, geometry_fields, network_membership
 from farm.select.evaluate import ranked
-from farm.select.train import (KINDS, TrainConfig, pair_features, pruned_cost, train,
-                               training_support, usable)
+from farm.select.train import KINDS, TrainConfig, train
 
 
 def chosen_efficiency(part, model, split: str, depth: int) -> pd.DataFrame:
     """Per problem of a split: the efficiency of the model's (guarded) choice."""
-    rows = usable(part.part(split))
-    booster = lgb.Booster(model_str=model.model_text)
-    names = {e.name for e in model.catalogue}
-    kept = np.array([i for i, e in enumerate(part.catalogue) if e.name in names])
-    raw = booster.predict(pair_features(model.spec, part.catalogue, rows), raw_score=True)
-    f = ranked(rows, pruned_cost(model.kind, raw, rows, kept),
-               training_support(part).safe(rows), depth)
+    f = ranked(*scored(part, model, split), depth)
     return f[f["rank"] == 0][["problem", "eff", *geometry_fields(part.operator)]]
 
 

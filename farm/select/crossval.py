@@ -60,6 +60,19 @@ def region_shapes(data: Dataset, where: str) -> set[tuple[int, ...]]:
                          f"{exc}") from None
 
 
+def scored(part: Dataset, model, split: str = "holdout"
+           ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """A split's usable pairs, the model's costs of them (infinite for the candidates it does
+    not keep) and whether each is safe (the guard's support from the training problems)."""
+    rows = usable(part.part(split))
+    booster = lgb.Booster(model_str=model.model_text)
+    raw = booster.predict(pair_features(model.spec, part.catalogue, rows), raw_score=True)
+    names = {e.name for e in model.catalogue}  # the candidates the model may choose
+    kept = [i for i, e in enumerate(part.catalogue) if e.name in names]
+    return rows, pruned_cost(model.kind, raw, rows, np.array(kept)), \
+        training_support(part).safe(rows)
+
+
 def networks_of(data: Dataset, split: SplitConfig = SplitConfig()) -> list[str]:
     """The networks any problem of the dataset occurs in."""
     members = network_membership(data.operator, networks_dir(data.operator, split))
@@ -78,13 +91,7 @@ def leave_networks_out(data: Dataset, config: TrainConfig = TrainConfig(),
         part = resplit(data, fold, split)
         model = train(part, config)
         seconds.append(model.metrics["training_seconds"])
-        held = usable(part.part("holdout"))
-        booster = lgb.Booster(model_str=model.model_text)
-        raw = booster.predict(pair_features(model.spec, part.catalogue, held), raw_score=True)
-        names = {e.name for e in model.catalogue}  # the candidates the model may choose
-        kept = [i for i, e in enumerate(part.catalogue) if e.name in names]
-        cost = pruned_cost(model.kind, raw, held, np.array(kept))
-        safe = training_support(part).safe(held)
+        held, cost, safe = scored(part, model)
         name = "+".join(fold)
         per_fold[name] = {"kind": model.kind, "trees": model.metrics["trees"],
                           **efficiency(held, cost, safe, config.guard_depth).record()}

@@ -14,8 +14,9 @@ of a tile converts it) or by a third launch. tma 1: the operand that is a plain 
 (the weight in fwd and bwd_data, dy in bwd_weight) arrives by TMA bulk tensor copies (a tensor
 map per launch) instead of cp.async; tma 2: the other operand too (x in fwd and bwd_weight, dy
 in bwd_data), for 1x1 convolutions of stride 1 without padding or groups, where it is a plain
-[N*H*W][channels] matrix. backward-data's TMA weight needs K/G a multiple of 64 (one filter tap a k-tile) with
-tma 1; with tma 2 (one tap, one group) the k-tiles past K are the tensor map's zeros.
+[N*H*W][channels] matrix. backward-data's TMA weight needs K/G a multiple of 64 (one filter
+tap a k-tile) with tma 1; with tma 2 (one tap, one group) the k-tiles past K are the tensor
+map's zeros.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ TILES = [(128, 256, 1, 64), (128, 128, 1, 64), (128, 64, 1, 64), (64, 256, 1, 64
          (64, 256, 2, 64), (256, 128, 1, 128), (256, 64, 1, 128), (128, 128, 1, 128)]
 SPLITS = (0, 1, 4, 16, 64)  # 0: the slices that fill the GPU (WgmmaConv.splits)
 SMALLEST = 64
-TMA_MODES = {"conv2d_fwd": (0, 1, 2), "conv2d_bwd_data": (0, 1, 2), "conv2d_bwd_weight": (0, 1, 2)}
+TMA_MODES = (0, 1, 2)  # every direction
 BARRIER_BYTES = 64  # the stages' mbarriers
 SM_SHARED = 228 * 1024
 SM_REGISTERS = 65536
@@ -65,7 +66,7 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
         stage = (bm + bn) * BLOCK_K * 2
         deepest = min(MAX_STAGES, (SMEM_OPT_IN - ALIGN - BARRIER_BYTES) // stage)
         for stages in sorted({deepest, min(deepest, 3)}, reverse=True):
-            for tma in TMA_MODES[op]:
+            for tma in TMA_MODES:
                 config = {"block_m": bm, "block_n": bn, "block_k": BLOCK_K, "wg_m": wg_m,
                           "stages": stages, "producers": producers, "tma": tma}
                 if op != "conv2d_bwd_weight":
@@ -120,8 +121,6 @@ class WgmmaConv(IGemmConv):
                 1, 1, 1, 1, 0, 0, 1):
             return ("tma=2 reads the input as a plain matrix: 1x1, stride 1, no padding, G=1 "
                     "only")
-        if tma == 2 and (p.C % 8 or p.K % 8):
-            return f"tma=2 reads x and dy as plain matrices: C={p.C} and K={p.K} multiples of 8"
         if tma == 1 and p.op == "conv2d_bwd_data" and p.k_per_group % BLOCK_K:
             return f"tma=1 in bwd_data needs Kg a multiple of {BLOCK_K} (Kg={p.k_per_group})"
         return None
@@ -133,26 +132,23 @@ class WgmmaConv(IGemmConv):
     def tensor_maps(instance: Instance, p: ConvProblem) -> tuple[TensorMap, ...]:
         """The launch's tensor maps, in the kernel's parameter order (A's, then B's)."""
         c, tma, crs = instance.settings, instance.settings["tma"], p.c_per_group * p.R * p.S
+
+        def plain(name: str, channels: int, pixels: int, rows: int) -> TensorMap:
+            """A [pixels][channels] tensor as a matrix: boxes of 64 channels by `rows`."""
+            return TensorMap(name, (channels, pixels), (2 * channels,), (BLOCK_K, rows))
+
+        x, dy = ("x", p.C, p.N * p.H * p.W), ("dy", p.K, p.N * p.P * p.Q)
         if not tma:
             return ()
         if p.op == "conv2d_fwd":
             weight = TensorMap("w", (crs, p.K), (2 * crs,), (BLOCK_K, c["block_n"]))
-            if tma == 1:
-                return (weight,)
-            pixels = TensorMap("x", (p.C, p.N * p.H * p.W), (2 * p.C,), (BLOCK_K, c["block_m"]))
-            return pixels, weight
+            return (weight,) if tma == 1 else (plain(*x, c["block_m"]), weight)
         if p.op == "conv2d_bwd_data":
             cg = p.c_per_group
             weight = TensorMap("w", (cg, p.S, p.R, p.K), (2 * cg, 2 * cg * p.S, 2 * crs),
                                (64, 1, 1, BLOCK_K))
-            if tma == 1:
-                return (weight,)
-            pixels = TensorMap("dy", (p.K, p.N * p.P * p.Q), (2 * p.K,), (BLOCK_K, c["block_m"]))
-            return pixels, weight
-        dy = TensorMap("dy", (p.K, p.N * p.P * p.Q), (2 * p.K,), (64, BLOCK_K))
-        if tma == 1:
-            return (dy,)
-        return dy, TensorMap("x", (p.C, p.N * p.H * p.W), (2 * p.C,), (64, BLOCK_K))
+            return (weight,) if tma == 1 else (plain(*dy, c["block_m"]), weight)
+        return (plain(*dy, BLOCK_K),) if tma == 1 else (plain(*dy, BLOCK_K), plain(*x, BLOCK_K))
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem
