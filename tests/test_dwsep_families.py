@@ -50,6 +50,7 @@ def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
     assert not get_family("dwsep_wgmma_resident").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma_bulk").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma_split").instances(OP, "fp32")
+    assert not get_family("dwsep_wgmma_staged").instances(OP, "fp32")
     assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
 
 
@@ -309,6 +310,44 @@ def test_wgmma_cluster_shares_a_pixel_tiles_depthwise_over_its_k_blocks():
     assert {i.settings["k_blocks"] for i in cl.instances(OP, "bf16")} == {2, 4}
 
 
+def rows_read(c, p) -> int:
+    """The input rows (n * H + h) the pixel tiles of `p` read at most, tile by tile."""
+    most, pixels = 0, p.N * p.P * p.Q
+    for pix0 in range(0, pixels, c["tile_p"]):
+        ends = []
+        for pix in range(pix0, min(pix0 + c["tile_p"], pixels)):
+            n, oh = divmod(pix // p.Q, p.P)
+            ends.append(n * p.H + oh * p.stride - p.pad)
+        most = max(most, max(ends) - min(ends) + p.R)
+    return most
+
+
+@pytest.mark.parametrize("fields", [
+    dict(N=4, C=64, H=19, W=19, K=64, pad=1), dict(N=5, C=64, H=7, W=6, K=40, pad=0),
+    dict(N=3, C=64, H=13, W=11, K=90, stride=2, pad=1), dict(N=6, C=64, H=3, W=3, K=8, pad=0),
+    dict(N=2, C=64, H=9, W=9, K=8, R=5, S=5, pad=0), dict(N=9, C=64, H=2, W=5, K=8, pad=1),
+    dict(N=4, C=64, H=10, W=10, K=8, R=7, S=7, stride=2, pad=1),
+])
+def test_wgmma_staged_holds_every_input_row_its_tiles_read(fields):
+    """staged_rows (the kernel's buffer size) is at least the rows a tile reads, also where a
+    tile spans images whose windows skip rows (no padding) and at stride 2."""
+    family, p = get_family("dwsep_wgmma_staged"), problem(**fields)
+    for tile_p in (64, 128):
+        c = dict(tile_p=tile_p)
+        assert rows_read(c, p) <= family.staged_rows(c, p) <= rows_read(c, p) + p.R
+
+
+def test_wgmma_staged_is_refused_where_its_input_rows_do_not_fit():
+    family = get_family("dwsep_wgmma_staged")
+    i = instance("dwsep_wgmma_staged", tile_p=64, tile_n=256, producers=2, stages=4, filter=3)
+    assert family.applicable(i, problem(N=32, C=728, H=19, W=19, K=728)) is None
+    why = family.applicable(i, problem(N=32, C=64, H=147, W=147, K=128, stride=2))
+    assert why and "staged input rows" in why and "shared memory" in why
+    need = family.shared_bytes(i.settings, problem(N=32, C=728, H=19, W=19, K=728))
+    assert need == family.shared_bytes(i.settings, None) + 3 * (1408 + 7 * 19 * 144)
+    assert family.defines(i)["STAGED"] == 1 and i.name.startswith("wgmma_staged_")
+
+
 def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_passes():
     res = get_family("dwsep_wgmma_resident")
     instances = res.instances(OP, "bf16")
@@ -354,6 +393,8 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
                                c_split=8)),
     ("dwsep_wgmma_split", dict(tile_p=64, tile_n=256, producers=2, stages=3, filter=0,
                                c_split=2)),
+    ("dwsep_wgmma_staged", dict(tile_p=128, tile_n=256, producers=1, stages=4, filter=3)),
+    ("dwsep_wgmma_staged", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=0)),
     ("dwsep_wgmma_resident", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0)),

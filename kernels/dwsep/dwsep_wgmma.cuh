@@ -15,6 +15,9 @@
 #define WGMMA_AB "f16.f16"
 #endif
 #define ROW_BYTES 128  // one row of a chunk: 64 16-bit channels
+// a staged input pixel (dwsep_wgmma_staged): its 64 channels and 16 bytes more, so that the
+// 8 pixels an ldmatrix reads fall in distinct banks
+#define STAGED_PIXEL 144
 
 // A shared-memory matrix descriptor: K-major rows of 128 bytes, 128-byte swizzle, 8-row groups
 // 1024 bytes apart (the tile starts on a 1024-byte boundary).
@@ -155,12 +158,16 @@ __device__ __forceinline__ void activate8(float (&o)[8], int activation) {
 // The activated depthwise values of the block's TILE_P rows for channels [j0, j0 + 64) into
 // the swizzled A tile `a`: producer thread t computes channels j0 + 8 * (t % 8) .. + 7 (one
 // 16-byte piece of a row) for rows t / 8, + PRODUCER_THREADS / 8, ...; zeros past MC.
+// STAGED_INPUT: the taps are read from the chunk's input rows staged in shared memory
+// (`staged`, STAGED_PIXEL bytes a pixel, the rows' offsets in pixels of it) instead of from x.
+template <bool STAGED_INPUT = false>
 __device__ __forceinline__ void fill_chunk(unsigned char* a, int t, const RowTaps* rows,
                                            const elem_t* __restrict__ x,
                                            const elem_t* __restrict__ w_dw,
                                            const elem_t* __restrict__ scale,
                                            const elem_t* __restrict__ shift,
-                                           const DwsepParams& p, int j0) {
+                                           const DwsepParams& p, int j0,
+                                           const unsigned char* staged = nullptr) {
   const int piece = t & 7, pr = t >> 3;
   constexpr int row_step = PRODUCER_THREADS / 8, passes = TILE_P / row_step;
   const int j = j0 + 8 * piece;
@@ -203,6 +210,7 @@ __device__ __forceinline__ void fill_chunk(unsigned char* a, int t, const RowTap
     for (int e = 0; e < 8; ++e) d[e] = 0.0f;
     if (live) {
       const elem_t* base = x + tap0.offset + j;  // the window's top-left tap, maybe outside x
+      const unsigned char* sbase = staged + tap0.offset * STAGED_PIXEL + 16 * piece;
 #if FILTER == 3
       uint4 v[9];  // the 9 taps' loads first, then their products
 #pragma unroll
@@ -211,8 +219,13 @@ __device__ __forceinline__ void fill_chunk(unsigned char* a, int t, const RowTap
 #pragma unroll
         for (int s = 0; s < 3; ++s) {
           const bool in = row_in && (unsigned)(tap0.w0 + s) < (unsigned)p.W;
-          v[3 * r + s] = in ? __ldg(reinterpret_cast<const uint4*>(base + r * wc + s * p.C))
-                            : make_uint4(0u, 0u, 0u, 0u);
+          if (STAGED_INPUT)
+            v[3 * r + s] = in ? *reinterpret_cast<const uint4*>(
+                                    sbase + (r * p.W + s) * STAGED_PIXEL)
+                              : make_uint4(0u, 0u, 0u, 0u);
+          else
+            v[3 * r + s] = in ? __ldg(reinterpret_cast<const uint4*>(base + r * wc + s * p.C))
+                              : make_uint4(0u, 0u, 0u, 0u);
         }
       }
 #pragma unroll
@@ -229,7 +242,10 @@ __device__ __forceinline__ void fill_chunk(unsigned char* a, int t, const RowTap
         for (int s = 0; s < p.S; ++s) {
           if ((unsigned)(tap0.w0 + s) >= (unsigned)p.W) continue;
           float u[8];
-          unpack8(__ldg(reinterpret_cast<const uint4*>(base + r * wc + s * p.C)), u);
+          unpack8(STAGED_INPUT ? *reinterpret_cast<const uint4*>(
+                                     sbase + (r * p.W + s) * STAGED_PIXEL)
+                               : __ldg(reinterpret_cast<const uint4*>(base + r * wc + s * p.C)),
+                  u);
           const elem_t* g = w_dw + j * rs + r * p.S + s;
 #pragma unroll
           for (int e = 0; e < 8; ++e) d[e] = fmaf(u[e], to_float(__ldg(g + e * rs)), d[e]);

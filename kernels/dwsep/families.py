@@ -4,7 +4,7 @@ resident.cu), dwsep_stream (channels streamed in chunks, stream.cu), dwsep_halo 
 tiles whose input arrives once with its halo, halo.cu) and dwsep_halo_tc (the same with the
 depthwise on the tensor cores), and on Hopper's warpgroup matrix
 instructions dwsep_wgmma (wgmma.cu, sm_90a), dwsep_wgmma_split (the same with the channels
-divided over a cluster) and dwsep_wgmma_resident (wgmma_resident.cu, the depthwise once per
+divided over a cluster), dwsep_wgmma_staged (the same with the input staged in shared memory) and dwsep_wgmma_resident (wgmma_resident.cu, the depthwise once per
 pixel tile); their configuration spaces, applicability and
 launch geometry."""
 
@@ -494,6 +494,65 @@ class DwsepWgmmaSplit(DwsepWgmma):
         return super().refuses(instance, p)
 
 
+class DwsepWgmmaStaged(DwsepWgmma):
+    """dwsep_wgmma whose producers copy each chunk's input rows under the block's pixels (every
+    column, 64 channels, 144 bytes a pixel) by cp.async into shared memory, stages - 2 chunks
+    ahead, with that chunk's weight (and for 3x3 filters its taps, scales and shifts), and
+    compute the depthwise from there (wgmma.cu with STAGED): 3x3 on the tensor cores (mma.sync
+    over k = (tap, channel), the taps on B's diagonal), other sizes on the CUDA cores. The fill
+    no longer waits on the latency of its loads. stages - 1 input buffers of staged_rows x W
+    pixels beside the stages; refused where they do not fit (wide maps, stride 2 on large
+    inputs). Config fields: those of dwsep_wgmma (stages 3 or 4)."""
+
+    name = "dwsep_wgmma_staged"
+    short = "wgmma_staged"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size)
+                   for tile_p in (64, 128) for tile_n in (128, 256, 512)
+                   for producers in (1, 2) for stages in (3, 4) for filter_size in (3, 0)]
+        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
+                and self.shared_bytes(c, None) <= SMEM_OPT_IN]
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        return {**super().defines(instance), "STAGED": 1}
+
+    @staticmethod
+    def staged_rows(c: dict[str, Any], p: DwsepProblem) -> int:
+        """Input rows (n * H + h) a block's tile_p pixels read at most (wgmma.cu's staged_rows):
+        they span rows_out output rows (n * P + p), a step of stride input rows each, R - 2 pad
+        - 1 more where the step crosses into the next image."""
+        rows_out = min((c["tile_p"] + p.Q - 2) // p.Q + 1, p.N * p.P)
+        return ((rows_out - 1) * p.stride + p.R
+                + (rows_out - 1 + p.P - 1) // p.P * max(p.R - 2 * p.pad - 1, 0))
+
+    PIXEL_BYTES = 144  # a staged pixel: 64 channels and 16 bytes (ldmatrix's rows apart)
+
+    @staticmethod
+    def param_bytes(c: dict[str, Any]) -> int:
+        """A buffer's 3x3 taps, scales and shifts of its 64 channels (16-bit), before its rows."""
+        return 1408 if c["filter"] == 3 else 0
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem | None) -> int:
+        """dwsep_wgmma's, a 16-byte zero row and, for a problem, stages - 1 buffers of staged
+        input rows."""
+        inputs = 0 if p is None else (c["stages"] - 1) * (
+            self.param_bytes(c) + self.staged_rows(c, p) * p.W * self.PIXEL_BYTES)
+        return super().shared_bytes(c, p) + inputs + 16
+
+    def pixels_room(self, c: dict[str, Any]) -> int:
+        """The most staged input pixels (rows x W) a buffer of `c` may hold."""
+        spare = SMEM_OPT_IN - self.shared_bytes(c, None)
+        return (spare // (c["stages"] - 1) - self.param_bytes(c)) // self.PIXEL_BYTES
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        need = self.shared_bytes(instance.settings, p)
+        if need > SMEM_OPT_IN:
+            return (f"its staged input rows ({self.staged_rows(instance.settings, p)} of "
+                    f"W={p.W}) need {need} bytes of shared memory, above {SMEM_OPT_IN}")
+        return super().refuses(instance, p)
+
+
 class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
     """dwsep_wgmma with the depthwise output of a block's tile_p pixels resident in shared
     memory for every channel (wgmma_resident.cu): the producers compute it once, during the
@@ -639,10 +698,11 @@ HALO_FAMILY = register(DwsepHalo())
 HALO_TC_FAMILY = register(DwsepHaloTc())
 WGMMA_FAMILY = register(DwsepWgmma())
 WGMMA_SPLIT_FAMILY = register(DwsepWgmmaSplit())
+WGMMA_STAGED_FAMILY = register(DwsepWgmmaStaged())
 WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
 WGMMA_BULK_FAMILY = register(DwsepWgmmaBulk())
 WGMMA_CLUSTER_FAMILY = register(DwsepWgmmaCluster())
 __all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream", "DwsepWgmma",
-           "DwsepWgmmaBulk", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaSplit", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
+           "DwsepWgmmaBulk", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaSplit", "DwsepWgmmaStaged", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
            "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_CLUSTER_FAMILY", "WGMMA_FAMILY",
-           "WGMMA_RESIDENT_FAMILY", "WGMMA_SPLIT_FAMILY"]
+           "WGMMA_RESIDENT_FAMILY", "WGMMA_SPLIT_FAMILY", "WGMMA_STAGED_FAMILY"]

@@ -130,6 +130,21 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             two = (-(-npq // most_p) * -(-p.K // most_n) >= 2 * SM_COUNT or
                    tuple(-(-npq // t) * -(-p.K // n) >= 2 * SM_COUNT for t, n in waves))
             return p.R == p.S == 3, min(-(-p.MC // 64), 9), two
+    elif isinstance(family, dw.DwsepWgmmaStaged):
+        # per tile_p, the most staged input pixels each instance holds: how many lie below a
+        # shape's (rows x W) tells which instances fit it
+        room: dict[int, list[int]] = {}
+        for c in configs:
+            room.setdefault(c["tile_p"], []).append(family.pixels_room(c))
+        limits = sorted((t, sorted(v)) for t, v in room.items())
+
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
+            return (p.R == p.S == 3, tuple(
+                bisect_left(most, family.staged_rows({"tile_p": t}, p) * p.W)
+                for t, most in limits)) if copies else None
     elif isinstance(family, dw.DwsepWgmma):
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
@@ -197,7 +212,7 @@ def _walking(family: Any, instances: Sequence[Instance], operator: str
 # family name -> its key's maker: a key, or keys of parts of the instances
 KEYS: dict[str, Callable[[Any, Sequence[Instance], str], Any]] = {
     **{name: _dwsep_key for name in (
-        "dwsep_chunked", "dwsep_resident", "dwsep_wgmma", "dwsep_wgmma_split",
+        "dwsep_chunked", "dwsep_resident", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_staged",
         "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_cluster")},
     **{name: _walking for name in ("dwsep_stream", "dwsep_halo", "dwsep_halo_tc")},
 }
