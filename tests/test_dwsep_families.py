@@ -51,6 +51,7 @@ def test_config_spaces_are_distinct_and_tensor_core_families_have_no_fp32():
     assert not get_family("dwsep_wgmma_bulk").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma_split").instances(OP, "fp32")
     assert not get_family("dwsep_wgmma_staged").instances(OP, "fp32")
+    assert not get_family("dwsep_wgmma_bulk_staged").instances(OP, "fp32")
     assert get_family("dwsep_chunked").instances(OP, "fp32")  # CUDA cores, any element type
 
 
@@ -348,6 +349,24 @@ def test_wgmma_staged_is_refused_where_its_input_rows_do_not_fit():
     assert family.defines(i)["STAGED"] == 1 and i.name.startswith("wgmma_staged_")
 
 
+def test_wgmma_bulk_staged_is_bulk_with_three_staged_input_buffers():
+    bulk, staged = get_family("dwsep_wgmma_bulk"), get_family("dwsep_wgmma_bulk_staged")
+    settings = dict(tile_p=64, tile_n=128, producers=2, stages=3, filter=3, k_blocks=1)
+    a, b = instance("dwsep_wgmma_bulk", **settings), instance("dwsep_wgmma_bulk_staged", **settings)
+    p = problem(N=32, C=728, H=19, W=19, K=728)
+    rows = get_family("dwsep_wgmma_staged").staged_rows(b.settings, p)
+    assert staged.shared_bytes(b.settings, p) == (
+        bulk.shared_bytes(a.settings, p) + 16 + 3 * (1408 + rows * 19 * 144) + 16)
+    assert staged.defines(b) == {**bulk.defines(a), "STAGED": 1}
+    pack, main = staged.launches(b, p)
+    assert (pack.entry, main.entry) == ("dwsep_wgmma_bulk_staged_pack", "dwsep_wgmma_bulk_staged")
+    assert staged.applicable(b, p) is None
+    # a resident tile that fits alone may leave no room for the staged rows
+    wide = problem(N=32, C=1536, H=10, W=10, K=2048)
+    assert "shared memory" in staged.applicable(
+        instance("dwsep_wgmma_bulk_staged", tile_p=64, tile_n=128, stages=2, filter=3), wide)
+
+
 def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_passes():
     res = get_family("dwsep_wgmma_resident")
     instances = res.instances(OP, "bf16")
@@ -400,6 +419,8 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0)),
     ("dwsep_wgmma_bulk", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
     ("dwsep_wgmma_bulk", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
+    ("dwsep_wgmma_bulk_staged", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
+    ("dwsep_wgmma_bulk_staged", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=0)),
     ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3,
                                  k_blocks=4, bulk=1)),
     ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0,

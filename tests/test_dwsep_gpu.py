@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.gpu,
 OP = "dwsep_fwd"
 ALL_FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo",
                 "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_staged",
-                "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_cluster", "vendor")
+                "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
+                "dwsep_wgmma_cluster", "vendor")
 # FARM_GPU_FAMILIES="a b": verify those families only (the vendor's always)
 FAMILIES = tuple(f for f in ALL_FAMILIES if f == "vendor" or f in os.environ.get(
     "FARM_GPU_FAMILIES", " ".join(ALL_FAMILIES)).split())
@@ -45,18 +46,19 @@ EDGES = [  # shape fields beyond the defaults
          pw_bias=1),
     dict(N=2, C=1024, H=9, W=9, K=515, R=5, S=5, pad=2, activation="relu6"),
     # no padding: a pixel tile spans several images, whose windows skip R - 1 input rows
-    dict(N=5, C=64, H=7, W=6, K=40, R=3, S=3, pad=0, activation="relu"),
+    dict(N=5, C=64, H=7, W=6, K=200, R=3, S=3, pad=0, activation="relu"),
 ]
 
 
 def must_serve(family: str, problem) -> bool:
     """The halo and wgmma families copy 16 bytes along channels: multiplier 1 and C a
     multiple of 8 only; dwsep_halo_tc serves 5x5 filters at stride 1; dwsep_wgmma_resident,
-    dwsep_wgmma_bulk and dwsep_wgmma_cluster serve more than one pass of 128 output channels
+    dwsep_wgmma_bulk, dwsep_wgmma_bulk_staged and dwsep_wgmma_cluster serve more than one pass of 128 output channels
     over a depthwise tile that fits in shared memory (C up to 1,024 at least); dwsep_wgmma_split serves two chunks
     or more where its smallest unsplit grid is under two waves; dwsep_wgmma_staged's input rows
     fit beside its stages on every edge shape's map."""
-    resident = family in ("dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_cluster")
+    resident = family in ("dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
+                          "dwsep_wgmma_cluster")
     if resident and (problem.K <= 128 or problem.MC > 1024):
         return False
     if family == "dwsep_wgmma_split":  # at least two chunks, and few blocks unsplit
@@ -67,7 +69,7 @@ def must_serve(family: str, problem) -> bool:
         return False
     return family not in ("dwsep_halo", "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split",
                           "dwsep_wgmma_staged", "dwsep_wgmma_resident", "dwsep_wgmma_bulk",
-                          "dwsep_wgmma_cluster") or (
+                          "dwsep_wgmma_bulk_staged", "dwsep_wgmma_cluster") or (
         problem.multiplier == 1 and problem.C % 8 == 0)
 
 

@@ -643,6 +643,29 @@ class DwsepWgmmaBulk(DwsepWgmmaResident):
                                                   for a in main.args))]
 
 
+class DwsepWgmmaBulkStaged(DwsepWgmmaBulk):
+    """dwsep_wgmma_bulk whose first pass reads each chunk's input rows under the block's pixels
+    staged in shared memory, as dwsep_wgmma_staged's producers do (wgmma_resident.cu with BULK
+    and STAGED): copied by cp.async two chunks ahead of the fill with the chunk's taps, scales
+    and shifts; the 3x3 depthwise on the tensor cores. Three input buffers of staged_rows x W
+    pixels after the resident tile; refused where they do not fit. Config fields:
+    dwsep_wgmma_resident's."""
+
+    name = "dwsep_wgmma_bulk_staged"
+    short = "wgmma_bulk_staged"
+    INPUT_BUFFERS = 3
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        return {**super().defines(instance), "STAGED": 1}
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        """dwsep_wgmma_bulk's, 16 bytes to align, three input buffers and a 16-byte zero row."""
+        staged = DwsepWgmmaStaged
+        inputs = self.INPUT_BUFFERS * (staged.param_bytes(c) + staged.staged_rows(c, p) * p.W
+                                       * staged.PIXEL_BYTES)
+        return super().shared_bytes(c, p) + 16 + inputs + 16
+
+
 class DwsepWgmmaCluster(DwsepWgmmaBulk):
     """dwsep_wgmma_resident with the k_blocks blocks of a pixel tile joined in a thread-block
     cluster that computes the tile's depthwise once between them (wgmma_resident.cu with
@@ -701,8 +724,9 @@ WGMMA_SPLIT_FAMILY = register(DwsepWgmmaSplit())
 WGMMA_STAGED_FAMILY = register(DwsepWgmmaStaged())
 WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
 WGMMA_BULK_FAMILY = register(DwsepWgmmaBulk())
+WGMMA_BULK_STAGED_FAMILY = register(DwsepWgmmaBulkStaged())
 WGMMA_CLUSTER_FAMILY = register(DwsepWgmmaCluster())
 __all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream", "DwsepWgmma",
-           "DwsepWgmmaBulk", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaSplit", "DwsepWgmmaStaged", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
-           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_CLUSTER_FAMILY", "WGMMA_FAMILY",
+           "DwsepWgmmaBulk", "DwsepWgmmaBulkStaged", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaSplit", "DwsepWgmmaStaged", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
+           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_BULK_STAGED_FAMILY", "WGMMA_CLUSTER_FAMILY", "WGMMA_FAMILY",
            "WGMMA_RESIDENT_FAMILY", "WGMMA_SPLIT_FAMILY", "WGMMA_STAGED_FAMILY"]

@@ -105,7 +105,18 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
     def chunk_class(p: Any) -> int:
         return chunks[min(-(-p.MC // 32), CHUNKS_SEEN)]
 
-    if isinstance(family, dw.DwsepWgmmaResident):  # and the SHARED with it, each its own
+    if isinstance(family, dw.DwsepWgmmaBulkStaged):
+        # its shared memory reads M*C and the staged rows: whether each configuration's fits
+        kinds = list({(c["tile_p"], c["tile_n"], c["stages"], c["filter"]): c
+                      for c in configs}.values())
+
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
+            return (p.R == p.S == 3, bisect_left(passes, p.K), tuple(
+                family.shared_bytes(c, p) <= dw.SMEM_OPT_IN for c in kinds)) if copies else None
+    elif isinstance(family, dw.DwsepWgmmaResident):  # and the SHARED with it, each its own
         limits = _mc_limits(instances, lambda i, p: get_family(i.family).shared_bytes(
             i.settings, p) <= dw.SMEM_OPT_IN)
 
@@ -213,7 +224,8 @@ def _walking(family: Any, instances: Sequence[Instance], operator: str
 KEYS: dict[str, Callable[[Any, Sequence[Instance], str], Any]] = {
     **{name: _dwsep_key for name in (
         "dwsep_chunked", "dwsep_resident", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_staged",
-        "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_cluster")},
+        "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
+        "dwsep_wgmma_cluster")},
     **{name: _walking for name in ("dwsep_stream", "dwsep_halo", "dwsep_halo_tc")},
 }
 

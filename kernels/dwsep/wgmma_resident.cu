@@ -23,6 +23,11 @@
 // TILE_P (64 or 128), TILE_N (64 to 256), STAGES (2 to 7), PRODUCERS (1 or 2), WARPS_M =
 // TILE_P / 16, WARPS_N = 1, KC = 64, FILTER (3: R = S = 3 in registers; 0: any size).
 //
+// With STAGED (dwsep_wgmma_bulk_staged, BULK only) the first pass's depthwise reads each
+// chunk's input rows staged in shared memory (dwsep_staged.cuh: copied by cp.async INPUT_LEAD
+// chunks ahead, with the chunk's taps, scales and shifts; 3x3 on the tensor cores), not x: INPUT_LEAD +
+// 1 input buffers after the stages' mbarriers, then a 16-byte zero row.
+//
 // With K_SHARE > 1 (dwsep_wgmma_cluster) the K_SHARE blocks of a pixel tile (grid y) form a
 // thread-block cluster that computes the tile's depthwise once between them: before the
 // passes, the producers of cluster block r compute chunks r, r + K_SHARE, ... and store each
@@ -58,9 +63,15 @@
 // stages' own image, [K tiles][chunks][TILE_N rows of 128 bytes, swizzled], so that a stage
 // arrives by one bulk copy (the TMA engine) issued by one producer thread and signalled on the
 // stage's mbarrier, instead of TILE_N * 8 cp.async spread over the producers.
+#ifndef STAGED
+#define STAGED 0
+#endif
 #if K_SHARE > 1
 #define RESIDENT_KERNEL dwsep_wgmma_cluster
 #define PACK_KERNEL dwsep_wgmma_cluster_pack
+#elif STAGED
+#define RESIDENT_KERNEL dwsep_wgmma_bulk_staged
+#define PACK_KERNEL dwsep_wgmma_bulk_staged_pack
 #else
 #define RESIDENT_KERNEL dwsep_wgmma_bulk
 #define PACK_KERNEL dwsep_wgmma_bulk_pack
@@ -106,6 +117,16 @@ __device__ __forceinline__ void mbar_wait(u64* bar, int parity) {
 #define RESIDENT_KERNEL dwsep_wgmma_cluster
 #else
 #define RESIDENT_KERNEL dwsep_wgmma_resident
+#endif
+
+#if STAGED
+#if !BULK || K_SHARE > 1
+#error "dwsep_wgmma_bulk_staged: BULK and K_SHARE 1 (its weight's copies are not cp.async)"
+#endif
+#define INPUT_LEAD 2  // chunks whose input copies run ahead of the fill
+#define INPUT_BUFFERS (INPUT_LEAD + 1)
+#define PRODUCERS_BARRIER 15  // the producers alone (above the stages' 2 * STAGES ids)
+#include "dwsep_staged.cuh"
 #endif
 
 #if K_SHARE > 1
@@ -203,6 +224,17 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
 #endif
+#if STAGED
+  // the input buffers after the mbarriers (16-byte aligned), then the zero row
+  const int in_rows = staged_rows(p), input_bytes = PARAM_BYTES + in_rows * p.W * STAGED_PIXEL;
+  unsigned char* inputs = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(bars + STAGES) + 15ull) & ~15ull);
+  unsigned char* zero_row = inputs + INPUT_BUFFERS * input_bytes;
+  if (threadIdx.x < 4) reinterpret_cast<u32*>(zero_row)[threadIdx.x] = 0u;
+  const int first_row = first_input_row(p, pix0);
+  __syncthreads();
+  staged_rows_of(rows, p, pix0, first_row);
+#endif
   __syncthreads();
 #if K_SHARE > 1
   cluster_sync();  // every block of the cluster runs: its shared memory takes stores
@@ -217,6 +249,14 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   if (wg >= CONSUMERS) {  // a producer: the weight's chunks, and in the first pass A's
     const int t = threadIdx.x - 128 * CONSUMERS;
     int c = 0, pass = 0;
+#if STAGED
+    for (int i = 0; i < INPUT_LEAD; ++i) {  // one cp.async group a chunk, empty past the last
+      if (i < chunks)
+        load_input(inputs + i * input_bytes, x, w_dw, scale, shift, p, first_row, in_rows,
+                   i * 64, t);
+      cp_async_commit();
+    }
+#endif
     for (int step = 0; step < steps; ++step) {
       const int s = step % STAGES;
       if (step >= STAGES) barrier_wait(EMPTY_BARRIER + s);  // step - STAGES's wgmma done
@@ -231,8 +271,30 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       load_weight(stages + s * STAGE_BYTES, w_pw, p, k0, c * 64, t);
       cp_async_commit();
 #endif
+#if STAGED
+      if (pass == 0) {
+        cp_async_wait<INPUT_LEAD - 1>();  // this thread's copies of chunk c landed
+        // every producer's copies of chunk c landed, and its fill of chunk c - 1 is done
+        asm volatile("bar.sync %0, %1;\n" ::"n"(PRODUCERS_BARRIER), "n"(PRODUCER_THREADS)
+                     : "memory");
+        const int ahead = c + INPUT_LEAD;  // into the buffer of chunk c - 1
+        if (ahead < chunks)
+          load_input(inputs + (ahead % INPUT_BUFFERS) * input_bytes, x, w_dw, scale, shift, p,
+                     first_row, in_rows, ahead * 64, t);
+        cp_async_commit();
+        const unsigned char* staged = inputs + (c % INPUT_BUFFERS) * input_bytes;
+#if FILTER == 3
+        fill_chunk_tc(resident + c * CHUNK_BYTES, t, rows, staged, smem_u32(zero_row), p,
+                      c * 64);
+#else
+        fill_chunk<true>(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64,
+                         staged);
+#endif
+      }
+#else
       if (K_SHARE == 1 && pass == 0)
         fill_chunk(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64);
+#endif
 #if BULK
       if (step >= LAG) hand_over_bulk(step - LAG, bars);
 #else
