@@ -73,16 +73,20 @@ class RayNodes:
 
     def raylet(self, name: str) -> int:
         [pid] = [pid for pid, cmd in self.pids().items()
-                 if "/raylet " in cmd and f"--node-name={name} " in cmd + " "]
+                 if cmd.split()[:1] and cmd.split()[0].endswith("/raylet")
+                 and f"--node-name={name} " in cmd + " " and "--node_id=" in cmd]
         return pid
 
     def node_ids(self) -> dict[str, str]:
-        """Ray's id of each live node, by name."""
+        """Ray's id of each live node, by name: from the raylets' own command lines (their
+        program the raylet binary; other processes may name its socket, .../sockets/raylet)."""
         found = {}
         for cmd in self.pids().values():
-            if "/raylet " in cmd:
-                args = dict(a.split("=", 1) for a in cmd.split() if a.startswith("--") and "=" in a)
-                found[args["--node-name"]] = args["--node_id"]
+            words = cmd.split()
+            if words and words[0].endswith("/raylet"):
+                args = dict(a.split("=", 1) for a in words if a.startswith("--") and "=" in a)
+                if "--node_id" in args:  # not a raylet's child caught between fork and exec
+                    found[args["--node-name"]] = args["--node_id"]
         return found
 
     def kill_node(self, name: str) -> None:

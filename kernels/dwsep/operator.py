@@ -130,6 +130,9 @@ class DwsepForward(OperatorSpec):
     interactions = INTERACTIONS
     vendor_source = ("vendor: torch conv2d (groups=C) + scale, shift, activation + conv2d 1x1, "
                      "channels-last")
+    # The hybrid alone: on held-out networks it chooses better than the model the validation
+    # split picks among the kinds, and than the ranker (docs/BENCHMARKS.md, 2026-11-28)
+    training = {"kinds": ("hybrid",)}
 
     def tensors(self, p: DwsepProblem) -> list[Tensor]:
         sizes = p.tensor_elements()
