@@ -67,6 +67,10 @@ def test_three_nodes_two_coordinators_a_dead_node_and_a_stopped_coordinator(pg_u
         after_kill = rows()
         _wait(lambda: rows() >= after_kill + 30, 240, "progress after the node died",
               coordinators)
+        # a coordinator has met the dead node's actors and restarted them while work remains
+        # (the surviving node may otherwise finish the jobs before Ray declares the node dead)
+        restarts = lambda: sum(w.restarts for w in store.workers(include_stopped=True))  # noqa: E731
+        _wait(lambda: restarts() >= 1, 240, "the dead node's actors restarted", coordinators)
 
         stopped, other = coordinators
         held = set(store.running_claims())
