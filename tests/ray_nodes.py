@@ -71,23 +71,26 @@ class RayNodes:
         """The cluster's processes (by its session folder) and their command lines."""
         return {pid: cmd for pid, cmd in _processes().items() if str(self.root) in cmd}
 
-    def raylet(self, name: str) -> int:
-        [pid] = [pid for pid, cmd in self.pids().items()
-                 if cmd.split()[:1] and cmd.split()[0].endswith("/raylet")
-                 and f"--node-name={name} " in cmd + " " and "--node_id=" in cmd]
-        return pid
-
-    def node_ids(self) -> dict[str, str]:
-        """Ray's id of each live node, by name: from the raylets' own command lines (their
-        program the raylet binary; other processes may name its socket, .../sockets/raylet)."""
+    def raylets(self) -> dict[int, dict[str, str]]:
+        """The cluster's raylets and their --key=value arguments: processes whose program is
+        the raylet binary (others may name its socket, .../sockets/raylet) and that carry a
+        node id (not a raylet's child caught between fork and exec)."""
         found = {}
-        for cmd in self.pids().values():
+        for pid, cmd in self.pids().items():
             words = cmd.split()
             if words and words[0].endswith("/raylet"):
                 args = dict(a.split("=", 1) for a in words if a.startswith("--") and "=" in a)
-                if "--node_id" in args:  # not a raylet's child caught between fork and exec
-                    found[args["--node-name"]] = args["--node_id"]
+                if "--node_id" in args:
+                    found[pid] = args
         return found
+
+    def raylet(self, name: str) -> int:
+        [pid] = [pid for pid, args in self.raylets().items() if args.get("--node-name") == name]
+        return pid
+
+    def node_ids(self) -> dict[str, str]:
+        """Ray's id of each live node, by name."""
+        return {args["--node-name"]: args["--node_id"] for args in self.raylets().values()}
 
     def kill_node(self, name: str) -> None:
         """SIGKILL a node's raylet: the node dies as a crashed machine would."""

@@ -533,11 +533,15 @@ class DwsepWgmmaStaged(DwsepWgmma):
         """A buffer's 3x3 taps, scales and shifts of its 64 channels (16-bit), before its rows."""
         return 1408 if c["filter"] == 3 else 0
 
+    @classmethod
+    def input_buffer_bytes(cls, c: dict[str, Any], p: DwsepProblem) -> int:
+        """One buffer of a chunk's staged input: its parameters, then staged_rows x W pixels."""
+        return cls.param_bytes(c) + cls.staged_rows(c, p) * p.W * cls.PIXEL_BYTES
+
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem | None) -> int:
         """dwsep_wgmma's, a 16-byte zero row and, for a problem, stages - 1 buffers of staged
         input rows."""
-        inputs = 0 if p is None else (c["stages"] - 1) * (
-            self.param_bytes(c) + self.staged_rows(c, p) * p.W * self.PIXEL_BYTES)
+        inputs = 0 if p is None else (c["stages"] - 1) * self.input_buffer_bytes(c, p)
         return super().shared_bytes(c, p) + inputs + 16
 
     def pixels_room(self, c: dict[str, Any]) -> int:
@@ -660,9 +664,7 @@ class DwsepWgmmaBulkStaged(DwsepWgmmaBulk):
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
         """dwsep_wgmma_bulk's, 16 bytes to align, three input buffers and a 16-byte zero row."""
-        staged = DwsepWgmmaStaged
-        inputs = self.INPUT_BUFFERS * (staged.param_bytes(c) + staged.staged_rows(c, p) * p.W
-                                       * staged.PIXEL_BYTES)
+        inputs = self.INPUT_BUFFERS * DwsepWgmmaStaged.input_buffer_bytes(c, p)
         return super().shared_bytes(c, p) + 16 + inputs + 16
 
 
