@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.dwsep.families import SMEM_OPT_IN
+from kernels.dwsep.families import SMEM_OPT_IN, DwsepWgmmaStaged
 from kernels.registry import families_for, get_family, operator_spec
 
 OP = "dwsep_fwd"
@@ -292,14 +292,14 @@ def test_wgmma_cluster_shares_a_pixel_tiles_depthwise_over_its_k_blocks():
     cl, res = get_family("dwsep_wgmma_cluster"), get_family("dwsep_wgmma_resident")
     settings = dict(tile_p=64, tile_n=256, producers=2, stages=3, filter=3, k_blocks=4)
     p = problem(N=32, C=1024, H=7, W=7, K=1024)  # 1,568 pixels: 25 tiles; 4 passes of 256
-    plain = instance("dwsep_wgmma_cluster", **settings, bulk=0)
+    plain = instance("dwsep_wgmma_cluster", **settings, bulk=0, staged=0)
     [launch] = cl.launches(plain, p)
     assert launch.entry == "dwsep_wgmma_cluster" and launch.grid == (25, 4, 1)
     same = instance("dwsep_wgmma_resident", **settings)
     assert launch.shared_bytes == res.launches(same, p)[0].shared_bytes
-    assert cl.defines(plain) == {**res.defines(same), "BULK": 0, "K_SHARE": 4}
+    assert cl.defines(plain) == {**res.defines(same), "BULK": 0, "K_SHARE": 4, "STAGED": 0}
     assert cl.workspace_bytes(plain, p) == 0
-    bulk = instance("dwsep_wgmma_cluster", **settings, bulk=1)
+    bulk = instance("dwsep_wgmma_cluster", **settings, bulk=1, staged=0)
     pack, main = cl.launches(bulk, p)
     assert (pack.entry, main.entry) == ("dwsep_wgmma_cluster_pack", "dwsep_wgmma_cluster")
     assert main.grid == (25, 4, 1) and main.shared_bytes == launch.shared_bytes + 8 + 8 * 3
@@ -309,6 +309,39 @@ def test_wgmma_cluster_shares_a_pixel_tiles_depthwise_over_its_k_blocks():
     assert "k_blocks=4" in cl.applicable(plain, problem(N=32, C=1024, H=7, W=7, K=768))
     assert "shared memory" in cl.applicable(plain, problem(N=4, C=2048, H=10, W=10, K=1024))
     assert {i.settings["k_blocks"] for i in cl.instances(OP, "bf16")} == {2, 4}
+    # staged: the input buffers over the stages, 32 bytes more (alignment and the zero row)
+    staged = instance("dwsep_wgmma_cluster", **settings, bulk=1, staged=1)
+    assert cl.defines(staged)["STAGED"] == 1
+    assert cl.launches(staged, p)[1].shared_bytes == main.shared_bytes + 32
+    wide = problem(N=32, C=256, H=74, W=74, K=1024)  # 4 input rows of 74: 296 pixels
+    stages = settings["stages"] * settings["tile_n"] * 128
+    three = 3 * DwsepWgmmaStaged.input_buffer_bytes(staged.settings, wide)
+    assert three > stages and "do not fit" in cl.applicable(staged, wide)
+    assert cl.applicable(instance("dwsep_wgmma_cluster", **settings, bulk=1, staged=0),
+                         wide) is None
+    for q in (p, problem(N=32, C=728, H=19, W=19, K=1024), problem(N=2, C=512, H=37, W=37,
+                                                                     K=1024, stride=2)):
+        fits = 3 * DwsepWgmmaStaged.input_buffer_bytes(staged.settings, q) <= stages
+        assert (cl.applicable(staged, q) is None) == fits, q.label()
+
+
+def test_staged_families_compile_3x3_and_5x5_for_the_tensor_cores():
+    """dwsep_wgmma_staged and dwsep_wgmma_bulk_staged compile per filter case 3, 5 or 0 (any
+    other size, on the CUDA cores); the 5x5 case stages 64 x 25 taps before its rows."""
+    p5 = problem(N=2, C=128, H=14, W=14, K=512, R=5, S=5, pad=2)
+    p7 = problem(N=2, C=128, H=14, W=14, K=512, R=7, S=7, pad=3)
+    assert DwsepWgmmaStaged.param_bytes({"filter": 5}) == 2 * (64 * 25 + 128) == 3456
+    assert DwsepWgmmaStaged.param_bytes({"filter": 0}) == 0
+    for name in ("dwsep_wgmma_staged", "dwsep_wgmma_bulk_staged"):
+        f = get_family(name)
+        assert {i.settings["filter"] for i in f.instances(OP, "bf16")} == {3, 5, 0}
+        extra = {"k_blocks": 1} if "bulk" in name else {}
+        five = instance(name, tile_p=64, tile_n=128, stages=4, filter=5, **extra)
+        other = instance(name, tile_p=64, tile_n=128, stages=4, filter=0, **extra)
+        assert f.defines(five)["FILTER"] == 5 and f.compiled_case(p5) == {"filter": 5}
+        assert f.applicable(five, p5) is None and "need filter=5" in f.applicable(other, p5)
+        assert f.applicable(other, p7) is None and "need filter=0" in f.applicable(five, p7)
+        assert "need filter=0" in f.applicable(five, problem(C=128, K=512, R=5, S=3, pad=1))
 
 
 def rows_read(c, p) -> int:
@@ -414,6 +447,7 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
                                c_split=2)),
     ("dwsep_wgmma_staged", dict(tile_p=128, tile_n=256, producers=1, stages=4, filter=3)),
     ("dwsep_wgmma_staged", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=0)),
+    ("dwsep_wgmma_staged", dict(tile_p=64, tile_n=256, producers=1, stages=4, filter=5)),
     ("dwsep_wgmma_resident", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
     ("dwsep_wgmma_resident", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0)),
@@ -421,10 +455,15 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
     ("dwsep_wgmma_bulk", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3)),
     ("dwsep_wgmma_bulk_staged", dict(tile_p=128, tile_n=256, producers=1, stages=2, filter=3)),
     ("dwsep_wgmma_bulk_staged", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=0)),
+    ("dwsep_wgmma_bulk_staged", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=5)),
     ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3,
-                                 k_blocks=4, bulk=1)),
+                                 k_blocks=4, bulk=1, staged=0)),
     ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0,
-                                 k_blocks=2, bulk=0)),
+                                 k_blocks=2, bulk=0, staged=0)),
+    ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=3,
+                                 k_blocks=4, bulk=1, staged=1)),
+    ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0,
+                                 k_blocks=2, bulk=0, staged=1)),
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)

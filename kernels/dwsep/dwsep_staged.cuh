@@ -1,11 +1,13 @@
 // What the staged wgmma families share (wgmma.cu and wgmma_resident.cu with STAGED): each
 // chunk's input rows under a block's pixels staged in shared memory by cp.async (load_input),
-// the rows' offsets into them (staged_rows_of), and the 3x3 depthwise on the tensor cores from
-// there (fill_chunk_tc). The including kernel defines TILE_P, THREADS, PRODUCER_THREADS and
-// FILTER, and includes dwsep_wgmma.cuh first.
+// the rows' offsets into them (staged_rows_of), and the 3x3 and 5x5 depthwise on the tensor
+// cores from there (fill_chunk_tc). The including kernel defines TILE_P, THREADS,
+// PRODUCER_THREADS and FILTER, and includes dwsep_wgmma.cuh first.
 #pragma once
-#if FILTER == 3
-#define PARAM_BYTES 1408  // a chunk's 64 x 9 taps, 64 scales and 64 shifts, 16-bit
+#define TC_FILL (FILTER == 3 || FILTER == 5)  // the filter sizes fill_chunk_tc computes
+#if TC_FILL
+#define TAPS (FILTER * FILTER)
+#define PARAM_BYTES (2 * (64 * TAPS + 128))  // a chunk's 64 x TAPS taps, 64 scales, 64 shifts
 #else
 #define PARAM_BYTES 0
 #endif
@@ -40,7 +42,7 @@ __device__ __forceinline__ void staged_rows_of(RowTaps* rows, const DwsepParams&
 }
 
 // Chunk j0's input rows [first, first + count) into `buf` (pixel i of them at STAGED_PIXEL * i;
-// for 3x3 filters after the chunk's PARAM_BYTES of taps, scales and shifts), by 16-byte
+// for 3x3 and 5x5 filters after the chunk's PARAM_BYTES of taps, scales and shifts), by 16-byte
 // cp.async from producer thread t; rows outside x and channels past MC are not copied (the fill
 // reads neither).
 __device__ __forceinline__ void load_input(unsigned char* buf, const elem_t* __restrict__ x,
@@ -49,13 +51,18 @@ __device__ __forceinline__ void load_input(unsigned char* buf, const elem_t* __r
                                            const elem_t* __restrict__ shift,
                                            const DwsepParams& p, int first, int count, int j0,
                                            int t) {
-#if FILTER == 3
-  if (t < PARAM_BYTES / 16) {  // the chunk's 3x3 taps, scales and shifts, 16 bytes a thread
-    const elem_t* src = t < 72 ? w_dw + j0 * 9 + 8 * t
-                               : (t < 80 ? scale + j0 + 8 * (t - 72) : shift + j0 + 8 * (t - 80));
-    const bool valid = t < 72 ? (j0 * 9 + 8 * t < p.MC * 9) : (j0 + 8 * ((t - 72) % 8) < p.MC);
+#if TC_FILL
+  // the chunk's taps (8 TAPS pieces of 16 bytes: its channels' taps are consecutive), scales
+  // and shifts (8 pieces each)
+  constexpr int TAP_PIECES = 8 * TAPS;
+  for (int q = t; q < PARAM_BYTES / 16; q += PRODUCER_THREADS) {
+    const elem_t* src = q < TAP_PIECES ? w_dw + j0 * TAPS + 8 * q
+                        : (q < TAP_PIECES + 8 ? scale + j0 + 8 * (q - TAP_PIECES)
+                                              : shift + j0 + 8 * (q - TAP_PIECES - 8));
+    const bool valid = q < TAP_PIECES ? (j0 * TAPS + 8 * q < p.MC * TAPS)
+                                      : (j0 + 8 * ((q - TAP_PIECES) % 8) < p.MC);
     if (valid)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(buf) + 16 * t),
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(buf) + 16 * q),
                    "l"(src));
   }
   buf += PARAM_BYTES;
@@ -72,16 +79,7 @@ __device__ __forceinline__ void load_input(unsigned char* buf, const elem_t* __r
   }
 }
 
-#if FILTER == 3
-// fill_chunk for 3x3 filters on the tensor cores, from the staged input: a warp takes a
-// 16-byte piece (8 channels) and computes its activated depthwise values for 16 of the block's
-// pixels at a time by 5 mma.sync m16n8k16 over k = (tap, channel): a k16 step holds the 8
-// channels under two taps, A's rows (one pixel's 8 channels under one tap) are read by
-// ldmatrix from the staged pixels (a 16-byte zero row where the tap is out of the input), and
-// B holds each channel's two taps on its diagonal, zeros elsewhere. Products of 16-bit values
-// are exact in fp32 and the sums fp32: the CUDA-core fill's values up to the order of the
-// additions. The accumulators (pixel lane / 4 and + 8, channels 2 (lane % 4) + {0, 1}) take the
-// scale, shift and activation and go into the swizzled A tile as 16-bit pairs.
+#if TC_FILL
 // mma16816 as a pure function of its operands (not volatile), so that the compiler may
 // interleave the steps of two chains.
 __device__ __forceinline__ void depthwise_mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -95,6 +93,16 @@ __device__ __forceinline__ void depthwise_mma(float (&d)[4], const u32 (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// fill_chunk for 3x3 and 5x5 filters on the tensor cores, from the staged input: a warp takes a
+// 16-byte piece (8 channels) and computes its activated depthwise values for 16 of the block's
+// pixels at a time by (TAPS + 1) / 2 mma.sync m16n8k16 over k = (tap, channel): a k16 step
+// holds the 8
+// channels under two taps, A's rows (one pixel's 8 channels under one tap) are read by
+// ldmatrix from the staged pixels (a 16-byte zero row where the tap is out of the input), and
+// B holds each channel's two taps on its diagonal, zeros elsewhere. Products of 16-bit values
+// are exact in fp32 and the sums fp32: the CUDA-core fill's values up to the order of the
+// additions. The accumulators (pixel lane / 4 and + 8, channels 2 (lane % 4) + {0, 1}) take the
+// scale, shift and activation and go into the swizzled A tile as 16-bit pairs.
 __device__ __forceinline__ void fill_chunk_tc(unsigned char* a, int t, const RowTaps* rows,
                                               const unsigned char* staged, u32 zero_row,
                                               const DwsepParams& p, int j0) {
@@ -103,7 +111,8 @@ __device__ __forceinline__ void fill_chunk_tc(unsigned char* a, int t, const Row
   const int lane = t & 31, half = lane >> 4;          // A: this lane's row address, tap 2 i + half
   const int apix = (lane & 7) + 8 * ((lane >> 3) & 1);  // ... of pixel apix of 16
   const int n = lane >> 2, kq = 2 * (lane & 3);        // B: column n, rows kq, kq + 1 (and + 8)
-  const u16* params = reinterpret_cast<const u16*>(staged);  // [64][9] taps, [64] scales, shifts
+  constexpr int STEPS = (TAPS + 1) / 2;  // two taps a step
+  const u16* params = reinterpret_cast<const u16*>(staged);  // [64][TAPS] taps, [64] scales, shifts
   const u32 base = smem_u32(staged + PARAM_BYTES);
   unsigned char* out = a + 4 * (lane & 3);
   for (int piece = t >> 5; piece < 8; piece += WARPS_P) {
@@ -115,26 +124,30 @@ __device__ __forceinline__ void fill_chunk_tc(unsigned char* a, int t, const Row
       }
       continue;
     }
-    u32 b[5][2];  // channel 8 piece + n's taps on the diagonal (k % 8 == n)
+    u32 b[STEPS][2];  // channel 8 piece + n's taps on the diagonal (k % 8 == n)
     const bool lo = kq == n, hi = kq + 1 == n;
 #pragma unroll
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < STEPS; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const u32 v = (2 * i + h < 9 && (lo || hi)) ? (u32)params[(8 * piece + n) * 9 + min(2 * i + h, 8)] : 0u;
+        const u32 v = (2 * i + h < TAPS && (lo || hi))
+                          ? (u32)params[(8 * piece + n) * TAPS + min(2 * i + h, TAPS - 1)]
+                          : 0u;
         b[i][h] = hi ? v << 16 : v;
       }
     float sc[2], sh[2];
-    unpack_pair(*reinterpret_cast<const u32*>(params + 576 + 8 * piece + kq), sc[0], sc[1]);
-    unpack_pair(*reinterpret_cast<const u32*>(params + 640 + 8 * piece + kq), sh[0], sh[1]);
+    unpack_pair(*reinterpret_cast<const u32*>(params + 64 * TAPS + 8 * piece + kq), sc[0],
+                sc[1]);
+    unpack_pair(*reinterpret_cast<const u32*>(params + 64 * TAPS + 64 + 8 * piece + kq), sh[0],
+                sh[1]);
 #pragma unroll
     for (int g = 0; g < GROUPS; ++g) {
       const RowTaps tp = rows[16 * g + apix];
-      u32 af[5][4];  // the 5 steps' A first (ldmatrix keeps its order), then their mma
+      u32 af[STEPS][4];  // the steps' A first (ldmatrix keeps its order), then their mma
 #pragma unroll
-      for (int i = 0; i < 5; ++i) {
-        const int r = half ? (2 * i + 1) / 3 : (2 * i) / 3, s = half ? (2 * i + 1) % 3 : (2 * i) % 3;
-        const bool valid = 2 * i + half < 9 && (unsigned)(tp.h0 + r) < (unsigned)p.H &&
+      for (int i = 0; i < STEPS; ++i) {
+        const int tap = 2 * i + half, r = tap / FILTER, s = tap % FILTER;
+        const bool valid = tap < TAPS && (unsigned)(tp.h0 + r) < (unsigned)p.H &&
                            (unsigned)(tp.w0 + s) < (unsigned)p.W;
         const u32 row = valid ? base + (tp.offset + r * p.W + s) * STAGED_PIXEL + 16 * piece
                               : zero_row;
@@ -144,7 +157,7 @@ __device__ __forceinline__ void fill_chunk_tc(unsigned char* a, int t, const Row
       }
       float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int i = 0; i < 5; ++i) depthwise_mma(i % 2 ? d2 : d, af[i], b[i][0], b[i][1]);
+      for (int i = 0; i < STEPS; ++i) depthwise_mma(i % 2 ? d2 : d, af[i], b[i][0], b[i][1]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) d[e] += d2[e];
 #pragma unroll

@@ -289,7 +289,10 @@ __device__ __forceinline__ void load_weight(unsigned char* b, const elem_t* __re
 // A consumer's accumulators (rows 64 m of the block's pixels from pix0, columns [k0, k0 +
 // WG_N)) with the pointwise bias into y: warp w of the warpgroup holds rows 16 w .. 16 w + 15;
 // per 8 columns n, acc[4n .. 4n + 1] at (lane / 4, 2 (lane % 4) + {0, 1}) and acc[4n + 2 ..
-// 4n + 3] 8 rows on. The bias of a column pair is read once for both rows.
+// 4n + 3] 8 rows on. The bias of column pair i (columns k0 + 2 i, k0 + 2 i + 1) is loaded
+// by lane i % 32 (its held[i / 32]), all in one round, and shuffled to the lanes that add it:
+// a load per 8 columns, each behind the last one's store, made the epilogue wait on the
+// cache's latency WG_N / 8 times.
 __device__ __forceinline__ void store_accumulators(const float (&acc)[WG_N / 2],
                                                    elem_t* __restrict__ y,
                                                    const elem_t* __restrict__ b_pw,
@@ -300,19 +303,24 @@ __device__ __forceinline__ void store_accumulators(const float (&acc)[WG_N / 2],
   const bool in0 = pix < pixels, in1 = pix + 8 < pixels, pairs = p.K % 2 == 0;
   elem_t* out0 = y + (long)min(pix, pixels - 1) * p.K;
   elem_t* out1 = y + (long)min(pix + 8, pixels - 1) * p.K;
+  constexpr int HELD = WG_N / 64;  // WG_N / 2 column pairs over 32 lanes
+  const u16* bias = reinterpret_cast<const u16*>(b_pw);
+  u32 held[HELD];
+#pragma unroll
+  for (int h = 0; h < HELD; ++h) {
+    const int k = k0 + 2 * (lane + 32 * h);
+    held[h] = 0u;  // zeros past K and without a bias
+    if (p.pw_bias && k < p.K)
+      held[h] = pairs ? __ldg(reinterpret_cast<const u32*>(b_pw + k))
+                      : (u32)__ldg(bias + k) |
+                            (k + 1 < p.K ? (u32)__ldg(bias + k + 1) << 16 : 0u);
+  }
 #pragma unroll
   for (int n = 0; n < WG_N / 8; ++n) {
     const int k = k0 + 8 * n + 2 * (lane & 3);
-    if (k >= p.K) break;  // the columns rise with n
-    float b0 = 0.0f, b1 = 0.0f;
-    if (p.pw_bias) {
-      if (pairs) {
-        unpack_pair(__ldg(reinterpret_cast<const u32*>(b_pw + k)), b0, b1);
-      } else {
-        b0 = to_float(b_pw[k]);
-        b1 = k + 1 < p.K ? to_float(b_pw[k + 1]) : 0.0f;
-      }
-    }
+    float b0, b1;  // every lane shuffles, so that the lanes past K do not leave early
+    unpack_pair(__shfl_sync(0xffffffffu, held[n >> 3], (4 * n + (lane & 3)) & 31), b0, b1);
+    if (k >= p.K) continue;
     const float v00 = acc[4 * n] + b0, v01 = acc[4 * n + 1] + b1;
     const float v10 = acc[4 * n + 2] + b0, v11 = acc[4 * n + 3] + b1;
     if (pairs) {

@@ -497,12 +497,13 @@ class DwsepWgmmaSplit(DwsepWgmma):
 class DwsepWgmmaStaged(DwsepWgmma):
     """dwsep_wgmma whose producers copy each chunk's input rows under the block's pixels (every
     column, 64 channels, 144 bytes a pixel) by cp.async into shared memory, stages - 2 chunks
-    ahead, with that chunk's weight (and for 3x3 filters its taps, scales and shifts), and
-    compute the depthwise from there (wgmma.cu with STAGED): 3x3 on the tensor cores (mma.sync
-    over k = (tap, channel), the taps on B's diagonal), other sizes on the CUDA cores. The fill
-    no longer waits on the latency of its loads. stages - 1 input buffers of staged_rows x W
-    pixels beside the stages; refused where they do not fit (wide maps, stride 2 on large
-    inputs). Config fields: those of dwsep_wgmma (stages 3 or 4)."""
+    ahead, with that chunk's weight (and for 3x3 and 5x5 filters its taps, scales and shifts),
+    and compute the depthwise from there (wgmma.cu with STAGED): 3x3 and 5x5 on the tensor
+    cores (mma.sync over k = (tap, channel), the taps on B's diagonal; `filter` 3 and 5), other
+    sizes on the CUDA cores. The fill no longer waits on the latency of its loads. stages - 1
+    input buffers of staged_rows x W pixels beside the stages; refused where they do not fit
+    (wide maps, stride 2 on large inputs). Config fields: those of dwsep_wgmma (stages 3 or 4,
+    filter 3, 5 or 0)."""
 
     name = "dwsep_wgmma_staged"
     short = "wgmma_staged"
@@ -510,9 +511,19 @@ class DwsepWgmmaStaged(DwsepWgmma):
     def configs(self, operator: str) -> list[dict[str, Any]]:
         configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size)
                    for tile_p in (64, 128) for tile_n in (128, 256, 512)
-                   for producers in (1, 2) for stages in (3, 4) for filter_size in (3, 0)]
+                   for producers in (1, 2) for stages in (3, 4) for filter_size in (3, 5, 0)]
         return [c for c in configs if self.threads(c) <= self.MAX_THREADS
                 and self.shared_bytes(c, None) <= SMEM_OPT_IN]
+
+    TC_FILTERS = (3, 5)  # the square filter sizes whose depthwise runs on the tensor cores
+
+    @classmethod
+    def tc_filter_case(cls, p: DwsepProblem) -> int:
+        """The compiled case of the staged fills: R = S of TC_FILTERS, or 0 (any other)."""
+        return p.R if p.R == p.S and p.R in cls.TC_FILTERS else 0
+
+    def filter_case(self, p: DwsepProblem) -> int:
+        return self.tc_filter_case(p)
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
         return {**super().defines(instance), "STAGED": 1}
@@ -528,10 +539,12 @@ class DwsepWgmmaStaged(DwsepWgmma):
 
     PIXEL_BYTES = 144  # a staged pixel: 64 channels and 16 bytes (ldmatrix's rows apart)
 
-    @staticmethod
-    def param_bytes(c: dict[str, Any]) -> int:
-        """A buffer's 3x3 taps, scales and shifts of its 64 channels (16-bit), before its rows."""
-        return 1408 if c["filter"] == 3 else 0
+    @classmethod
+    def param_bytes(cls, c: dict[str, Any]) -> int:
+        """A buffer's taps, scales and shifts of its 64 channels (16-bit) before its rows, for
+        the filters on the tensor cores (3x3: 1,408 bytes; 5x5: 3,456)."""
+        f = c["filter"]
+        return 2 * (64 * f * f + 128) if f in cls.TC_FILTERS else 0
 
     @classmethod
     def input_buffer_bytes(cls, c: dict[str, Any], p: DwsepProblem) -> int:
@@ -651,13 +664,21 @@ class DwsepWgmmaBulkStaged(DwsepWgmmaBulk):
     """dwsep_wgmma_bulk whose first pass reads each chunk's input rows under the block's pixels
     staged in shared memory, as dwsep_wgmma_staged's producers do (wgmma_resident.cu with BULK
     and STAGED): copied by cp.async two chunks ahead of the fill with the chunk's taps, scales
-    and shifts; the 3x3 depthwise on the tensor cores. Three input buffers of staged_rows x W
-    pixels after the resident tile; refused where they do not fit. Config fields:
-    dwsep_wgmma_resident's."""
+    and shifts; the 3x3 and 5x5 depthwise on the tensor cores. Three input buffers of
+    staged_rows x W pixels after the resident tile; refused where they do not fit. Config
+    fields: dwsep_wgmma_resident's (filter 3, 5 or 0)."""
 
     name = "dwsep_wgmma_bulk_staged"
     short = "wgmma_bulk_staged"
     INPUT_BUFFERS = 3
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        """dwsep_wgmma_resident's, and each 3x3 one compiled for 5x5 filters too."""
+        configs = super().configs(operator)
+        return configs + [{**c, "filter": 5} for c in configs if c["filter"] == 3]
+
+    def filter_case(self, p: DwsepProblem) -> int:
+        return DwsepWgmmaStaged.tc_filter_case(p)
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
         return {**super().defines(instance), "STAGED": 1}
@@ -676,28 +697,46 @@ class DwsepWgmmaCluster(DwsepWgmmaBulk):
     then each block runs its passes over all chunks. For wide C and K with few pixel tiles,
     where dwsep_wgmma_resident's k_blocks blocks each compute the whole depthwise and
     dwsep_wgmma computes it again for every channel tile. `bulk` 1 brings the weight's stages
-    by bulk copies as dwsep_wgmma_bulk does. Refused where the channel tiles are fewer than
-    k_blocks. Config fields: those of dwsep_wgmma_resident (k_blocks 2 or 4: the cluster),
-    and bulk."""
+    by bulk copies as dwsep_wgmma_bulk does; `staged` 1 computes the chunks from input rows
+    staged in shared memory as dwsep_wgmma_bulk_staged does (3x3 on the tensor cores), three
+    buffers laid over the weight's stages, which the passes have not begun to use. Refused
+    where the channel tiles are fewer than k_blocks, or the staged buffers do not fit over the
+    stages. Config fields: those of dwsep_wgmma_resident (k_blocks 2 or 4: the cluster), bulk
+    and staged."""
 
     name = "dwsep_wgmma_cluster"
     short = "wgmma_cl"
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
         configs = [self.wgmma_config(tile_p, tile_n, 2, stages, filter_size,
-                                     k_blocks=k_blocks, bulk=bulk)
+                                     k_blocks=k_blocks, bulk=bulk, staged=staged)
                    for tile_p in (64, 128) for tile_n in (128, 256) for stages in (3, 4, 6)
-                   for filter_size in (3, 0) for k_blocks in (2, 4) for bulk in (0, 1)]
+                   for filter_size in (3, 0) for k_blocks in (2, 4) for bulk in (0, 1)
+                   for staged in (0, 1)]
         return [c for c in configs if self.threads(c) <= self.MAX_THREADS
                 and (c["stages"] < 6 or c["tile_n"] == 128)
                 and self.resident_bytes(c, 1) <= SMEM_OPT_IN]
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
         c = instance.settings
-        return {**super().defines(instance), "BULK": int(self.bulk(c)), "K_SHARE": c["k_blocks"]}
+        return {**super().defines(instance), "BULK": int(self.bulk(c)), "K_SHARE": c["k_blocks"],
+                "STAGED": c["staged"]}
 
     def bulk(self, c: dict[str, Any]) -> bool:
         return bool(c["bulk"])
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
+        """dwsep_wgmma_resident's, and with `staged` 16 bytes to align and a 16-byte zero row
+        (the input buffers lie over the stages)."""
+        return super().shared_bytes(c, p) + (32 if c["staged"] else 0)
+
+    INPUT_BUFFERS = 3
+
+    def input_room(self, c: dict[str, Any]) -> int:
+        """The most staged input pixels (rows x W) whose three buffers fit over the stages."""
+        stages = c["stages"] * c["tile_n"] * 128
+        return ((stages - self.INPUT_BUFFERS * DwsepWgmmaStaged.param_bytes(c))
+                // (self.INPUT_BUFFERS * DwsepWgmmaStaged.PIXEL_BYTES))
 
     def workspace_bytes(self, instance: Instance, problem: DwsepProblem) -> int:
         return super().workspace_bytes(instance, problem) if self.bulk(instance.settings) else 0
@@ -706,6 +745,15 @@ class DwsepWgmmaCluster(DwsepWgmmaBulk):
         if self.bulk(instance.settings):
             return super().launches(instance, problem)
         return DwsepFamily.launches(self, instance, problem)
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        if c["staged"]:
+            pixels = DwsepWgmmaStaged.staged_rows(c, p) * p.W
+            if pixels > self.input_room(c):
+                return (f"its staged input rows ({DwsepWgmmaStaged.staged_rows(c, p)} of W="
+                        f"{p.W}) do not fit three times over its {c['stages']} stages")
+        return super().refuses(instance, p)
 
     def refuses_passes(self, c: dict[str, Any], p: DwsepProblem) -> str | None:
         """A block may make one pass (the grid's y is k_blocks exactly), not none."""

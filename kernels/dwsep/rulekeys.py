@@ -114,18 +114,27 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             copies, npq, huge = _dwsep_values(p)
             if huge:
                 return p
-            return (p.R == p.S == 3, bisect_left(passes, p.K), tuple(
+            return (family.filter_case(p), bisect_left(passes, p.K), tuple(
                 family.shared_bytes(c, p) <= dw.SMEM_OPT_IN for c in kinds)) if copies else None
     elif isinstance(family, dw.DwsepWgmmaResident):  # and the SHARED with it, each its own
         limits = _mc_limits(instances, lambda i, p: get_family(i.family).shared_bytes(
             i.settings, p) <= dw.SMEM_OPT_IN)
+        # dwsep_wgmma_cluster's staged instances: per tile_p, the most staged input pixels each
+        # holds (how many lie below a shape's rows x W tells which fit it)
+        room: dict[int, list[int]] = {}
+        for i in instances:
+            if i.settings.get("staged"):
+                room.setdefault(i.settings["tile_p"], []).append(
+                    get_family(i.family).input_room(i.settings))
+        rooms = sorted((t, sorted(v)) for t, v in room.items())
 
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
             if huge:
                 return p
-            return (p.R == p.S == 3, bisect_left(passes, p.K),
-                    bisect_left(limits, p.MC)) if copies else None
+            return (p.R == p.S == 3, bisect_left(passes, p.K), bisect_left(limits, p.MC),
+                    tuple(bisect_left(most, dw.DwsepWgmmaStaged.staged_rows({"tile_p": t}, p)
+                                      * p.W) for t, most in rooms)) if copies else None
     elif isinstance(family, dw.DwsepWgmmaSplit):
         waves = sorted({(c["tile_p"], c["tile_n"]) for c in configs})
         most_p, most_n = max(tile_p), max(tile_n)
@@ -153,7 +162,7 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             copies, npq, huge = _dwsep_values(p)
             if huge:
                 return p
-            return (p.R == p.S == 3, tuple(
+            return (family.filter_case(p), tuple(
                 bisect_left(most, family.staged_rows({"tile_p": t}, p) * p.W)
                 for t, most in limits)) if copies else None
     elif isinstance(family, dw.DwsepWgmma):

@@ -27,7 +27,7 @@
 //
 // With STAGED (dwsep_wgmma_staged) the producers no longer read the depthwise's taps from
 // global memory: each chunk's input rows under the block's pixels (every column, 64 channels,
-// 128 bytes a pixel) are copied by cp.async into one of STAGES - 1 input buffers, LEAD =
+// 144 bytes a pixel) are copied by cp.async into one of STAGES - 1 input buffers, LEAD =
 // STAGES - 2 chunks ahead of the one being filled, together with that chunk's weight; the
 // fill then reads its taps from shared memory. The copies of LEAD chunks are in flight while
 // the producers compute one, so the depthwise no longer waits on the latency of its loads.
@@ -221,7 +221,7 @@ WGMMA_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       }
       cp_async_commit();
       const int s = c % STAGES;
-#if FILTER == 3
+#if TC_FILL
       fill_chunk_tc(stages + s * STAGE_BYTES, t, rows, inputs + (c % INPUT_BUFFERS) * input_bytes,
                     smem_u32(zero_row), p, c * 64);
 #else

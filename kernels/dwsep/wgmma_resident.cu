@@ -23,16 +23,19 @@
 // TILE_P (64 or 128), TILE_N (64 to 256), STAGES (2 to 7), PRODUCERS (1 or 2), WARPS_M =
 // TILE_P / 16, WARPS_N = 1, KC = 64, FILTER (3: R = S = 3 in registers; 0: any size).
 //
-// With STAGED (dwsep_wgmma_bulk_staged, BULK only) the first pass's depthwise reads each
+// With STAGED and K_SHARE 1 (dwsep_wgmma_bulk_staged, BULK) the first pass's depthwise reads each
 // chunk's input rows staged in shared memory (dwsep_staged.cuh: copied by cp.async INPUT_LEAD
-// chunks ahead, with the chunk's taps, scales and shifts; 3x3 on the tensor cores), not x: INPUT_LEAD +
+// chunks ahead, with the chunk's taps, scales and shifts; 3x3 and 5x5 on the tensor cores), not x: INPUT_LEAD +
 // 1 input buffers after the stages' mbarriers, then a 16-byte zero row.
 //
 // With K_SHARE > 1 (dwsep_wgmma_cluster) the K_SHARE blocks of a pixel tile (grid y) form a
 // thread-block cluster that computes the tile's depthwise once between them: before the
 // passes, the producers of cluster block r compute chunks r, r + K_SHARE, ... and store each
 // into the resident A of every block of the cluster (distributed shared memory); one cluster
-// barrier later every block holds every chunk and runs its passes as above.
+// barrier later every block holds every chunk and runs its passes as above. With STAGED
+// (`staged` 1) those chunks are computed from input rows staged as dwsep_wgmma_bulk_staged
+// stages them, in INPUT_LEAD + 1 input buffers laid over the weight's stages (the passes have
+// not begun), and a 16-byte zero row after the rows' descriptors (and mbarriers).
 #define WG_N (TILE_N > 256 ? 256 : TILE_N)
 #define M_GROUPS (TILE_P / 64)
 #define CONSUMERS (M_GROUPS * (TILE_N / WG_N))
@@ -120,8 +123,8 @@ __device__ __forceinline__ void mbar_wait(u64* bar, int parity) {
 #endif
 
 #if STAGED
-#if !BULK || K_SHARE > 1
-#error "dwsep_wgmma_bulk_staged: BULK and K_SHARE 1 (its weight's copies are not cp.async)"
+#if !BULK && K_SHARE == 1
+#error "dwsep_wgmma_bulk_staged: BULK (its weight's copies are not cp.async)"
 #endif
 #define INPUT_LEAD 2  // chunks whose input copies run ahead of the fill
 #define INPUT_BUFFERS (INPUT_LEAD + 1)
@@ -148,10 +151,46 @@ __device__ __forceinline__ void fill_and_share(unsigned char* resident, int chun
                                                const elem_t* __restrict__ w_dw,
                                                const elem_t* __restrict__ scale,
                                                const elem_t* __restrict__ shift,
-                                               const DwsepParams& p, int rank) {
+                                               const DwsepParams& p, int rank
+#if STAGED
+                                               , unsigned char* inputs, int input_bytes,
+                                               int first_row, int in_rows, u32 zero_row
+#endif
+) {
   constexpr int CHUNK_BYTES = TILE_P * ROW_BYTES;
+#if STAGED
+  // chunk rank + i K_SHARE from input buffer i % INPUT_BUFFERS, whose copies run INPUT_LEAD
+  // chunks ahead (one cp.async group a chunk, empty past the last), as in the passes of
+  // dwsep_wgmma_bulk_staged
+  const int mine = (chunks - rank + K_SHARE - 1) / K_SHARE;
+  for (int i = 0; i < INPUT_LEAD; ++i) {
+    if (i < mine)
+      load_input(inputs + i * input_bytes, x, w_dw, scale, shift, p, first_row, in_rows,
+                 (rank + i * K_SHARE) * 64, t);
+    cp_async_commit();
+  }
+  for (int i = 0; i < mine; ++i) {
+    const int c = rank + i * K_SHARE;
+    cp_async_wait<INPUT_LEAD - 1>();  // this thread's copies of chunk c landed
+    // every producer's copies of chunk c landed, and its fill of the chunk before is done
+    asm volatile("bar.sync %0, %1;\n" ::"n"(SHARE_BARRIER), "n"(PRODUCER_THREADS) : "memory");
+    if (i + INPUT_LEAD < mine)  // into the buffer of the chunk before
+      load_input(inputs + ((i + INPUT_LEAD) % INPUT_BUFFERS) * input_bytes, x, w_dw, scale,
+                 shift, p, first_row, in_rows, (c + INPUT_LEAD * K_SHARE) * 64, t);
+    cp_async_commit();
+    const unsigned char* staged = inputs + (i % INPUT_BUFFERS) * input_bytes;
+#if TC_FILL
+    fill_chunk_tc(resident + c * CHUNK_BYTES, t, rows, staged, zero_row, p, c * 64);
+#else
+    fill_chunk<true>(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64,
+                     staged);
+#endif
+  }
+  cp_async_wait<0>();
+#else
   for (int c = rank; c < chunks; c += K_SHARE)
     fill_chunk(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64);
+#endif
   asm volatile("bar.sync %0, %1;\n" ::"n"(SHARE_BARRIER), "n"(PRODUCER_THREADS) : "memory");
   for (int c = rank; c < chunks; c += K_SHARE) {
     const u32 chunk = smem_u32(resident + c * CHUNK_BYTES);
@@ -225,11 +264,24 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   }
 #endif
 #if STAGED
-  // the input buffers after the mbarriers (16-byte aligned), then the zero row
   const int in_rows = staged_rows(p), input_bytes = PARAM_BYTES + in_rows * p.W * STAGED_PIXEL;
+#if K_SHARE > 1
+  // the input buffers over the weight's stages, the zero row after the rows' descriptors (and
+  // mbarriers), 16-byte aligned
+  unsigned char* inputs = stages;
+#if BULK
+  unsigned char* zero_row = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(bars + STAGES) + 15ull) & ~15ull);
+#else
+  unsigned char* zero_row = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(rows + TILE_P) + 15ull) & ~15ull);
+#endif
+#else
+  // the input buffers after the mbarriers (16-byte aligned), then the zero row
   unsigned char* inputs = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(bars + STAGES) + 15ull) & ~15ull);
   unsigned char* zero_row = inputs + INPUT_BUFFERS * input_bytes;
+#endif
   if (threadIdx.x < 4) reinterpret_cast<u32*>(zero_row)[threadIdx.x] = 0u;
   const int first_row = first_input_row(p, pix0);
   __syncthreads();
@@ -240,7 +292,11 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   cluster_sync();  // every block of the cluster runs: its shared memory takes stores
   if (wg >= CONSUMERS)
     fill_and_share(resident, chunks, threadIdx.x - 128 * CONSUMERS, rows, x, w_dw, scale, shift,
-                   p, (int)cluster_rank());
+                   p, (int)cluster_rank()
+#if STAGED
+                   , inputs, input_bytes, first_row, in_rows, smem_u32(zero_row)
+#endif
+    );
   fence_proxy_async_all();
   cluster_sync();  // every chunk in every block of the cluster
   fence_proxy_async_all();
@@ -249,7 +305,7 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   if (wg >= CONSUMERS) {  // a producer: the weight's chunks, and in the first pass A's
     const int t = threadIdx.x - 128 * CONSUMERS;
     int c = 0, pass = 0;
-#if STAGED
+#if STAGED && K_SHARE == 1
     for (int i = 0; i < INPUT_LEAD; ++i) {  // one cp.async group a chunk, empty past the last
       if (i < chunks)
         load_input(inputs + i * input_bytes, x, w_dw, scale, shift, p, first_row, in_rows,
@@ -271,7 +327,7 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       load_weight(stages + s * STAGE_BYTES, w_pw, p, k0, c * 64, t);
       cp_async_commit();
 #endif
-#if STAGED
+#if STAGED && K_SHARE == 1
       if (pass == 0) {
         cp_async_wait<INPUT_LEAD - 1>();  // this thread's copies of chunk c landed
         // every producer's copies of chunk c landed, and its fill of chunk c - 1 is done
@@ -283,7 +339,7 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
                      first_row, in_rows, ahead * 64, t);
         cp_async_commit();
         const unsigned char* staged = inputs + (c % INPUT_BUFFERS) * input_bytes;
-#if FILTER == 3
+#if TC_FILL
         fill_chunk_tc(resident + c * CHUNK_BYTES, t, rows, staged, smem_u32(zero_row), p,
                       c * 64);
 #else
