@@ -344,6 +344,29 @@ def test_staged_families_compile_3x3_and_5x5_for_the_tensor_cores():
         assert "need filter=0" in f.applicable(five, problem(C=128, K=512, R=5, S=3, pad=1))
 
 
+def test_wgmma_split_staged_splits_the_staged_pipeline_over_a_cluster():
+    """dwsep_wgmma_split_staged: dwsep_wgmma_split's grid and partial sums with the staged
+    producers (C_SPLIT and STAGED), its input buffers after the split's shared memory, and the
+    tensor-core filter cases of the staged families."""
+    ss, split = get_family("dwsep_wgmma_split_staged"), get_family("dwsep_wgmma_split")
+    p = problem(N=32, C=1152, H=7, W=7, K=192, R=5, S=5, pad=2)  # 1,568 pixels: 25 tiles
+    i = instance("dwsep_wgmma_split_staged", tile_n=64, stages=3, filter=5, c_split=4)
+    [launch] = ss.launches(i, p)
+    assert launch.entry == "dwsep_wgmma_split_staged" and launch.grid == (25, 3, 4)
+    assert ss.defines(i)["C_SPLIT"] == 4 and ss.defines(i)["STAGED"] == 1
+    assert launch.shared_bytes == (split.shared_bytes(i.settings, None) + 16
+                                   + 2 * DwsepWgmmaStaged.input_buffer_bytes(i.settings, p))
+    assert ss.applicable(i, p) is None
+    assert "need filter=3" in ss.applicable(i, problem(N=32, C=1152, H=7, W=7, K=192))
+    assert "c_split=4" in ss.applicable(i, problem(N=32, C=192, H=7, W=7, K=192, R=5, S=5,
+                                                   pad=2))  # 3 chunks for 4 blocks
+    assert "two waves" in ss.applicable(i, problem(N=32, C=1152, H=28, W=28, K=192, R=5, S=5,
+                                                   pad=2))
+    wide = problem(N=1, C=128, H=224, W=224, K=64, R=5, S=5, pad=2)  # 8 rows of 224 pixels
+    assert "shared memory" in ss.applicable(
+        instance("dwsep_wgmma_split_staged", tile_n=256, stages=4, filter=5, c_split=2), wide)
+
+
 def rows_read(c, p) -> int:
     """The input rows (n * H + h) the pixel tiles of `p` read at most, tile by tile."""
     most, pixels = 0, p.N * p.P * p.Q
@@ -445,6 +468,8 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
                                c_split=8)),
     ("dwsep_wgmma_split", dict(tile_p=64, tile_n=256, producers=2, stages=3, filter=0,
                                c_split=2)),
+    ("dwsep_wgmma_split_staged", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=5,
+                                      c_split=8)),
     ("dwsep_wgmma_staged", dict(tile_p=128, tile_n=256, producers=1, stages=4, filter=3)),
     ("dwsep_wgmma_staged", dict(tile_p=64, tile_n=256, producers=2, stages=4, filter=0)),
     ("dwsep_wgmma_staged", dict(tile_p=64, tile_n=256, producers=1, stages=4, filter=5)),

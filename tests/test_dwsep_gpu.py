@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.gpu,
 
 OP = "dwsep_fwd"
 ALL_FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo",
-                "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_staged",
+                "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_split_staged",
+                "dwsep_wgmma_staged",
                 "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
                 "dwsep_wgmma_cluster", "vendor")
 # FARM_GPU_FAMILIES="a b": verify those families only (the vendor's always)
@@ -54,20 +55,22 @@ def must_serve(family: str, problem) -> bool:
     """The halo and wgmma families copy 16 bytes along channels: multiplier 1 and C a
     multiple of 8 only; dwsep_halo_tc serves 5x5 filters at stride 1; dwsep_wgmma_resident,
     dwsep_wgmma_bulk, dwsep_wgmma_bulk_staged and dwsep_wgmma_cluster serve more than one pass of 128 output channels
-    over a depthwise tile that fits in shared memory (C up to 1,024 at least); dwsep_wgmma_split serves two chunks
-    or more where its smallest unsplit grid is under two waves; dwsep_wgmma_staged's input rows
-    fit beside its stages on every edge shape's map."""
+    over a depthwise tile that fits in shared memory (C up to 1,024 at least); dwsep_wgmma_split
+    and dwsep_wgmma_split_staged serve two chunks or more where their smallest unsplit grid is
+    under two waves; the staged families' input rows fit beside their stages on every edge
+    shape's map."""
     resident = family in ("dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
                           "dwsep_wgmma_cluster")
     if resident and (problem.K <= 128 or problem.MC > 1024):
         return False
-    if family == "dwsep_wgmma_split":  # at least two chunks, and few blocks unsplit
+    if family in ("dwsep_wgmma_split", "dwsep_wgmma_split_staged"):  # two chunks, few blocks
         pixels, tiles_k = problem.N * problem.P * problem.Q, -(-problem.K // 256)
         if problem.MC <= 64 or -(-pixels // 128) * tiles_k >= 264:
             return False
     if family == "dwsep_halo_tc" and (problem.R, problem.S, problem.stride) != (5, 5, 1):
         return False
     return family not in ("dwsep_halo", "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split",
+                          "dwsep_wgmma_split_staged",
                           "dwsep_wgmma_staged", "dwsep_wgmma_resident", "dwsep_wgmma_bulk",
                           "dwsep_wgmma_bulk_staged", "dwsep_wgmma_cluster") or (
         problem.multiplier == 1 and problem.C % 8 == 0)

@@ -4,9 +4,10 @@ resident.cu), dwsep_stream (channels streamed in chunks, stream.cu), dwsep_halo 
 tiles whose input arrives once with its halo, halo.cu) and dwsep_halo_tc (the same with the
 depthwise on the tensor cores), and on Hopper's warpgroup matrix
 instructions dwsep_wgmma (wgmma.cu, sm_90a), dwsep_wgmma_split (the same with the channels
-divided over a cluster), dwsep_wgmma_staged (the same with the input staged in shared memory) and dwsep_wgmma_resident (wgmma_resident.cu, the depthwise once per
-pixel tile); their configuration spaces, applicability and
-launch geometry."""
+divided over a cluster), dwsep_wgmma_staged (the same with the input staged in shared memory),
+dwsep_wgmma_split_staged (both), and on wgmma_resident.cu (the depthwise once per pixel tile)
+dwsep_wgmma_resident, dwsep_wgmma_bulk, dwsep_wgmma_bulk_staged and dwsep_wgmma_cluster; their
+configuration spaces, applicability and launch geometry."""
 
 from __future__ import annotations
 
@@ -494,28 +495,14 @@ class DwsepWgmmaSplit(DwsepWgmma):
         return super().refuses(instance, p)
 
 
-class DwsepWgmmaStaged(DwsepWgmma):
-    """dwsep_wgmma whose producers copy each chunk's input rows under the block's pixels (every
-    column, 64 channels, 144 bytes a pixel) by cp.async into shared memory, stages - 2 chunks
-    ahead, with that chunk's weight (and for 3x3 and 5x5 filters its taps, scales and shifts),
-    and compute the depthwise from there (wgmma.cu with STAGED): 3x3 and 5x5 on the tensor
-    cores (mma.sync over k = (tap, channel), the taps on B's diagonal; `filter` 3 and 5), other
-    sizes on the CUDA cores. The fill no longer waits on the latency of its loads. stages - 1
-    input buffers of staged_rows x W pixels beside the stages; refused where they do not fit
-    (wide maps, stride 2 on large inputs). Config fields: those of dwsep_wgmma (stages 3 or 4,
-    filter 3, 5 or 0)."""
-
-    name = "dwsep_wgmma_staged"
-    short = "wgmma_staged"
-
-    def configs(self, operator: str) -> list[dict[str, Any]]:
-        configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size)
-                   for tile_p in (64, 128) for tile_n in (128, 256, 512)
-                   for producers in (1, 2) for stages in (3, 4) for filter_size in (3, 5, 0)]
-        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
-                and self.shared_bytes(c, None) <= SMEM_OPT_IN]
+class StagedInput:
+    """What the families whose producers stage each chunk's input rows in shared memory share
+    (dwsep_staged.cuh): the rows a block reads, a buffer's bytes, the filter cases computed on
+    the tensor cores (`filter` 3 and 5; 0 for any other size, on the CUDA cores), and the
+    refusal where stages - 1 buffers and a 16-byte zero row do not fit beside the rest."""
 
     TC_FILTERS = (3, 5)  # the square filter sizes whose depthwise runs on the tensor cores
+    PIXEL_BYTES = 144  # a staged pixel: 64 channels and 16 bytes (ldmatrix's rows apart)
 
     @classmethod
     def tc_filter_case(cls, p: DwsepProblem) -> int:
@@ -537,8 +524,6 @@ class DwsepWgmmaStaged(DwsepWgmma):
         return ((rows_out - 1) * p.stride + p.R
                 + (rows_out - 1 + p.P - 1) // p.P * max(p.R - 2 * p.pad - 1, 0))
 
-    PIXEL_BYTES = 144  # a staged pixel: 64 channels and 16 bytes (ldmatrix's rows apart)
-
     @classmethod
     def param_bytes(cls, c: dict[str, Any]) -> int:
         """A buffer's taps, scales and shifts of its 64 channels (16-bit) before its rows, for
@@ -552,8 +537,8 @@ class DwsepWgmmaStaged(DwsepWgmma):
         return cls.param_bytes(c) + cls.staged_rows(c, p) * p.W * cls.PIXEL_BYTES
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem | None) -> int:
-        """dwsep_wgmma's, a 16-byte zero row and, for a problem, stages - 1 buffers of staged
-        input rows."""
+        """The family's own, a 16-byte zero row and, for a problem, stages - 1 buffers of
+        staged input rows."""
         inputs = 0 if p is None else (c["stages"] - 1) * self.input_buffer_bytes(c, p)
         return super().shared_bytes(c, p) + inputs + 16
 
@@ -568,6 +553,48 @@ class DwsepWgmmaStaged(DwsepWgmma):
             return (f"its staged input rows ({self.staged_rows(instance.settings, p)} of "
                     f"W={p.W}) need {need} bytes of shared memory, above {SMEM_OPT_IN}")
         return super().refuses(instance, p)
+
+
+class DwsepWgmmaStaged(StagedInput, DwsepWgmma):
+    """dwsep_wgmma whose producers copy each chunk's input rows under the block's pixels (every
+    column, 64 channels, 144 bytes a pixel) by cp.async into shared memory, stages - 2 chunks
+    ahead, with that chunk's weight (and for 3x3 and 5x5 filters its taps, scales and shifts),
+    and compute the depthwise from there (wgmma.cu with STAGED): 3x3 and 5x5 on the tensor
+    cores (mma.sync over k = (tap, channel), the taps on B's diagonal; `filter` 3 and 5), other
+    sizes on the CUDA cores. The fill no longer waits on the latency of its loads. stages - 1
+    input buffers of staged_rows x W pixels beside the stages; refused where they do not fit
+    (wide maps, stride 2 on large inputs). Config fields: those of dwsep_wgmma (stages 3 or 4,
+    filter 3, 5 or 0)."""
+
+    name = "dwsep_wgmma_staged"
+    short = "wgmma_staged"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size)
+                   for tile_p in (64, 128) for tile_n in (128, 256, 512)
+                   for producers in (1, 2) for stages in (3, 4) for filter_size in (3, 5, 0)]
+        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
+                and self.shared_bytes(c, None) <= SMEM_OPT_IN]
+
+
+class DwsepWgmmaSplitStaged(StagedInput, DwsepWgmmaSplit):
+    """dwsep_wgmma_split whose producers stage each chunk's input rows as dwsep_wgmma_staged's
+    do (wgmma.cu with C_SPLIT and STAGED): the 3x3 and 5x5 depthwise on the tensor cores over
+    a block's share of the chunks, the partial sums added up over the cluster. For few pixels
+    against many channels with filters whose depthwise the CUDA cores take long over (5x5 on
+    7x7 and 14x14 maps). stages - 1 input buffers after the stages' region; refused where they
+    do not fit. Config fields: those of dwsep_wgmma_split (two producers, stages 3 or 4, filter
+    3, 5 or 0)."""
+
+    name = "dwsep_wgmma_split_staged"
+    short = "wgmma_split_staged"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        configs = [self.wgmma_config(tile_p, tile_n, 2, stages, filter_size, c_split=c_split)
+                   for tile_p in (64, 128) for tile_n in (64, 128, 256) for stages in (3, 4)
+                   for filter_size in (3, 5, 0) for c_split in (2, 4, 8)]
+        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
+                and self.shared_bytes(c, None) <= SMEM_OPT_IN]
 
 
 class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
@@ -771,12 +798,15 @@ HALO_FAMILY = register(DwsepHalo())
 HALO_TC_FAMILY = register(DwsepHaloTc())
 WGMMA_FAMILY = register(DwsepWgmma())
 WGMMA_SPLIT_FAMILY = register(DwsepWgmmaSplit())
+WGMMA_SPLIT_STAGED_FAMILY = register(DwsepWgmmaSplitStaged())
 WGMMA_STAGED_FAMILY = register(DwsepWgmmaStaged())
 WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
 WGMMA_BULK_FAMILY = register(DwsepWgmmaBulk())
 WGMMA_BULK_STAGED_FAMILY = register(DwsepWgmmaBulkStaged())
 WGMMA_CLUSTER_FAMILY = register(DwsepWgmmaCluster())
 __all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream", "DwsepWgmma",
-           "DwsepWgmmaBulk", "DwsepWgmmaBulkStaged", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaSplit", "DwsepWgmmaStaged", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
+           "DwsepWgmmaBulk", "DwsepWgmmaBulkStaged", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaSplit", "DwsepWgmmaSplitStaged", "DwsepWgmmaStaged",
+           "StagedInput", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
            "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_BULK_STAGED_FAMILY", "WGMMA_CLUSTER_FAMILY", "WGMMA_FAMILY",
-           "WGMMA_RESIDENT_FAMILY", "WGMMA_SPLIT_FAMILY", "WGMMA_STAGED_FAMILY"]
+           "WGMMA_RESIDENT_FAMILY", "WGMMA_SPLIT_FAMILY", "WGMMA_SPLIT_STAGED_FAMILY",
+           "WGMMA_STAGED_FAMILY"]

@@ -135,9 +135,15 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             return (p.R == p.S == 3, bisect_left(passes, p.K), bisect_left(limits, p.MC),
                     tuple(bisect_left(most, dw.DwsepWgmmaStaged.staged_rows({"tile_p": t}, p)
                                       * p.W) for t, most in rooms)) if copies else None
-    elif isinstance(family, dw.DwsepWgmmaSplit):
+    elif isinstance(family, dw.DwsepWgmmaSplit):  # and dwsep_wgmma_split_staged
         waves = sorted({(c["tile_p"], c["tile_n"]) for c in configs})
         most_p, most_n = max(tile_p), max(tile_n)
+        staged = isinstance(family, dw.DwsepWgmmaSplitStaged)
+        # the staged instances: per tile_p, the most staged input pixels each holds
+        room: dict[int, list[int]] = {}
+        for c in configs if staged else ():
+            room.setdefault(c["tile_p"], []).append(family.pixels_room(c))
+        rooms = sorted((t, sorted(v)) for t, v in room.items())
 
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
@@ -149,7 +155,9 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             # largest tiles' does)
             two = (-(-npq // most_p) * -(-p.K // most_n) >= 2 * SM_COUNT or
                    tuple(-(-npq // t) * -(-p.K // n) >= 2 * SM_COUNT for t, n in waves))
-            return p.R == p.S == 3, min(-(-p.MC // 64), 9), two
+            fits = tuple(bisect_left(most, dw.DwsepWgmmaStaged.staged_rows({"tile_p": t}, p)
+                                     * p.W) for t, most in rooms)
+            return family.filter_case(p), min(-(-p.MC // 64), 9), two, fits
     elif isinstance(family, dw.DwsepWgmmaStaged):
         # per tile_p, the most staged input pixels each instance holds: how many lie below a
         # shape's (rows x W) tells which instances fit it
@@ -232,7 +240,8 @@ def _walking(family: Any, instances: Sequence[Instance], operator: str
 # family name -> its key's maker: a key, or keys of parts of the instances
 KEYS: dict[str, Callable[[Any, Sequence[Instance], str], Any]] = {
     **{name: _dwsep_key for name in (
-        "dwsep_chunked", "dwsep_resident", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_staged",
+        "dwsep_chunked", "dwsep_resident", "dwsep_wgmma", "dwsep_wgmma_split",
+        "dwsep_wgmma_split_staged", "dwsep_wgmma_staged",
         "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
         "dwsep_wgmma_cluster")},
     **{name: _walking for name in ("dwsep_stream", "dwsep_halo", "dwsep_halo_tc")},

@@ -64,9 +64,16 @@
 #ifndef C_SPLIT
 #define C_SPLIT 1
 #endif
+#ifndef STAGED
+#define STAGED 0
+#endif
 #if C_SPLIT > 1
 #define CLUSTER __cluster_dims__(1, 1, C_SPLIT)
+#if STAGED
+#define WGMMA_KERNEL dwsep_wgmma_split_staged
+#else
 #define WGMMA_KERNEL dwsep_wgmma_split
+#endif
 #define RED_STRIDE (TILE_N + 8)  // floats a row of partial sums: a warp's float2 stores conflict-free
 #if TILE_P % C_SPLIT
 #error "dwsep_wgmma_split: C_SPLIT must divide TILE_P"
@@ -123,9 +130,6 @@ __device__ __forceinline__ void cluster_sum_store(const float* red, elem_t* __re
 }
 #else
 #define CLUSTER
-#ifndef STAGED
-#define STAGED 0
-#endif
 #if STAGED
 #define WGMMA_KERNEL dwsep_wgmma_staged
 #else
@@ -134,12 +138,12 @@ __device__ __forceinline__ void cluster_sum_store(const float* red, elem_t* __re
 #endif
 
 #if STAGED
-#if C_SPLIT > 1 || STAGES < 3
-#error "dwsep_wgmma_staged: C_SPLIT 1 and STAGES >= 3 (its copies run STAGES - 2 chunks ahead)"
+#if STAGES < 3
+#error "dwsep_wgmma_staged: STAGES >= 3 (its copies run STAGES - 2 chunks ahead)"
 #endif
 #define LEAD (STAGES - 2)                    // chunks whose copies run ahead of the fill
 #define INPUT_BUFFERS (LEAD + 1)
-#define PRODUCERS_BARRIER (1 + 2 * STAGES)  // the producers alone
+#define PRODUCERS_BARRIER (2 + 2 * STAGES)  // the producers alone (above CONSUMERS_BARRIER)
 #include "dwsep_staged.cuh"
 #endif
 
@@ -199,9 +203,10 @@ WGMMA_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
     const int t = threadIdx.x - 128 * CONSUMERS;
     for (int c = 0; c < LEAD; ++c) {  // stages 0 .. LEAD - 1 are free
       if (c < chunks) {
-        load_weight(stages + c * STAGE_BYTES + TILE_P * ROW_BYTES, w_pw, p, k0, c * 64, t);
-        load_input(inputs + c * input_bytes, x, w_dw, scale, shift, p, first_row, in_rows, c * 64,
-                   t);
+        load_weight(stages + c * STAGE_BYTES + TILE_P * ROW_BYTES, w_pw, p, k0, (first + c) * 64,
+                    t);
+        load_input(inputs + c * input_bytes, x, w_dw, scale, shift, p, first_row, in_rows,
+                   (first + c) * 64, t);
       }
       cp_async_commit();  // one group a chunk, empty past the last
     }
@@ -214,24 +219,26 @@ WGMMA_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       if (ahead < chunks) {
         if (ahead >= STAGES) barrier_wait(EMPTY_BARRIER + ahead % STAGES);
         load_weight(stages + (ahead % STAGES) * STAGE_BYTES + TILE_P * ROW_BYTES, w_pw, p, k0,
-                    ahead * 64, t);
+                    (first + ahead) * 64, t);
         // the buffer of chunk c - 1, whose fill every producer has finished
         load_input(inputs + (ahead % INPUT_BUFFERS) * input_bytes, x, w_dw, scale, shift, p,
-                   first_row, in_rows, ahead * 64, t);
+                   first_row, in_rows, (first + ahead) * 64, t);
       }
       cp_async_commit();
       const int s = c % STAGES;
 #if TC_FILL
       fill_chunk_tc(stages + s * STAGE_BYTES, t, rows, inputs + (c % INPUT_BUFFERS) * input_bytes,
-                    smem_u32(zero_row), p, c * 64);
+                    smem_u32(zero_row), p, (first + c) * 64);
 #else
-      fill_chunk<true>(stages + s * STAGE_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64,
-                       inputs + (c % INPUT_BUFFERS) * input_bytes);
+      fill_chunk<true>(stages + s * STAGE_BYTES, t, rows, x, w_dw, scale, shift, p,
+                       (first + c) * 64, inputs + (c % INPUT_BUFFERS) * input_bytes);
 #endif
       fence_proxy_async();  // this thread's stores and landed copies, visible to wgmma
       barrier_arrive(FULL_BARRIER + s);
     }
+#if C_SPLIT == 1
     return;
+#endif
   } else {
 #else
   if (wg >= CONSUMERS) {  // a producer: weight copies and the depthwise, chunk after chunk
