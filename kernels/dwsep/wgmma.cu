@@ -31,12 +31,15 @@
 // STAGES - 2 chunks ahead of the one being filled, together with that chunk's weight; the
 // fill then reads its taps from shared memory. The copies of LEAD chunks are in flight while
 // the producers compute one, so the depthwise no longer waits on the latency of its loads.
+// 3x3 and 5x5 filters (FILTER 3 and 5) run on the tensor cores (dwsep_staged.cuh). With
+// C_SPLIT > 1 too (dwsep_wgmma_split_staged) each block stages its share of the chunks.
 //
 // Dynamic shared memory (dwsep/families.py): 1024 (alignment) + STAGES * (TILE_P + TILE_N) *
 // 128 bytes (with C_SPLIT > 1, at least TILE_P * (TILE_N + 8) floats), and TILE_P row
 // descriptors. Macros: TILE_P (64 or 128), TILE_N (64, 128, 256 or 512), STAGES (2 to 4),
 // PRODUCERS (1 or 2), WARPS_M = TILE_P / 16 and WARPS_N = 1, KC = 64, FILTER (3: R = S = 3,
-// filters held in registers; 0: any size, the filters read through the cache per tap) and
+// filters held in registers; 5: R = S = 5, STAGED only; 0: any size, the filters read through
+// the cache per tap) and
 // C_SPLIT (1 when undefined); with STAGED, (STAGES - 1) input buffers of staged_rows(p) *
 // W * STAGED_PIXEL bytes after the stages, then the rows' descriptors and a 16-byte zero row.
 #define WG_N (TILE_N > 256 ? 256 : TILE_N)
