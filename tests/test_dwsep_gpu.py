@@ -48,6 +48,9 @@ EDGES = [  # shape fields beyond the defaults
     dict(N=2, C=1024, H=9, W=9, K=515, R=5, S=5, pad=2, activation="relu6"),
     # no padding: a pixel tile spans several images, whose windows skip R - 1 input rows
     dict(N=5, C=64, H=7, W=6, K=200, R=3, S=3, pad=0, activation="relu"),
+    # 7x7 over three chunks, the last of 8 channels: the staged CUDA-core fill of a cluster
+    # split (dwsep_wgmma_split_staged's filter 0)
+    dict(N=2, C=136, H=9, W=9, K=72, R=7, S=7, pad=3, activation="silu"),
 ]
 
 
