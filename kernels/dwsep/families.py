@@ -20,6 +20,7 @@ from kernels.family import SM_COUNT, Instance, KernelFamily, Launch
 from kernels.registry import register
 
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
+RESIDENT_INPUT_BUFFERS = 3  # wgmma_resident.cu's staged buffers: INPUT_LEAD + 1
 
 
 def pixel_tiles(c: dict[str, Any], p: DwsepProblem) -> int:
@@ -697,7 +698,6 @@ class DwsepWgmmaBulkStaged(DwsepWgmmaBulk):
 
     name = "dwsep_wgmma_bulk_staged"
     short = "wgmma_bulk_staged"
-    INPUT_BUFFERS = 3
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
         """dwsep_wgmma_resident's, and each 3x3 one compiled for 5x5 filters too."""
@@ -705,14 +705,14 @@ class DwsepWgmmaBulkStaged(DwsepWgmmaBulk):
         return configs + [{**c, "filter": 5} for c in configs if c["filter"] == 3]
 
     def filter_case(self, p: DwsepProblem) -> int:
-        return DwsepWgmmaStaged.tc_filter_case(p)
+        return StagedInput.tc_filter_case(p)
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
         return {**super().defines(instance), "STAGED": 1}
 
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem) -> int:
         """dwsep_wgmma_bulk's, 16 bytes to align, three input buffers and a 16-byte zero row."""
-        inputs = self.INPUT_BUFFERS * DwsepWgmmaStaged.input_buffer_bytes(c, p)
+        inputs = RESIDENT_INPUT_BUFFERS * StagedInput.input_buffer_bytes(c, p)
         return super().shared_bytes(c, p) + 16 + inputs + 16
 
 
@@ -757,13 +757,11 @@ class DwsepWgmmaCluster(DwsepWgmmaBulk):
         (the input buffers lie over the stages)."""
         return super().shared_bytes(c, p) + (32 if c["staged"] else 0)
 
-    INPUT_BUFFERS = 3
-
     def input_room(self, c: dict[str, Any]) -> int:
         """The most staged input pixels (rows x W) whose three buffers fit over the stages."""
         stages = c["stages"] * c["tile_n"] * 128
-        return ((stages - self.INPUT_BUFFERS * DwsepWgmmaStaged.param_bytes(c))
-                // (self.INPUT_BUFFERS * DwsepWgmmaStaged.PIXEL_BYTES))
+        return ((stages - RESIDENT_INPUT_BUFFERS * StagedInput.param_bytes(c))
+                // (RESIDENT_INPUT_BUFFERS * StagedInput.PIXEL_BYTES))
 
     def workspace_bytes(self, instance: Instance, problem: DwsepProblem) -> int:
         return super().workspace_bytes(instance, problem) if self.bulk(instance.settings) else 0
@@ -776,10 +774,10 @@ class DwsepWgmmaCluster(DwsepWgmmaBulk):
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         c = instance.settings
         if c["staged"]:
-            pixels = DwsepWgmmaStaged.staged_rows(c, p) * p.W
-            if pixels > self.input_room(c):
-                return (f"its staged input rows ({DwsepWgmmaStaged.staged_rows(c, p)} of W="
-                        f"{p.W}) do not fit three times over its {c['stages']} stages")
+            rows = StagedInput.staged_rows(c, p)
+            if rows * p.W > self.input_room(c):
+                return (f"its staged input rows ({rows} of W={p.W}) do not fit three times "
+                        f"over its {c['stages']} stages")
         return super().refuses(instance, p)
 
     def refuses_passes(self, c: dict[str, Any], p: DwsepProblem) -> str | None:

@@ -47,6 +47,23 @@ def _products(sizes: Sequence[int], seen: int) -> list[int]:
     return sorted({t * j for t in sizes for j in range(1, seen + 1)})
 
 
+def _staged_rooms(rooms: Any) -> list[tuple[int, list[int]]]:
+    """(tile_p, the most staged input pixels an instance holds) pairs, per tile_p sorted."""
+    per_tile: dict[int, list[int]] = {}
+    for tile, room in rooms:
+        per_tile.setdefault(tile, []).append(room)
+    return sorted((t, sorted(v)) for t, v in per_tile.items())
+
+
+def _staged_fit(rooms: list[tuple[int, list[int]]], p: Any) -> tuple:
+    """Per tile_p of `rooms`, how many instances' rooms lie below the shape's staged input
+    pixels (rows x W): which instances the buffers fit."""
+    from kernels.dwsep.families import StagedInput
+
+    return tuple(bisect_left(most, StagedInput.staged_rows({"tile_p": t}, p) * p.W)
+                 for t, most in rooms)
+
+
 def _chunk_sees(q: int, splits: Sequence[tuple[int, int, int]]) -> tuple:
     """What the rules see of q chunks of 32 channels for each chunk width, cluster split and
     most stages in `splits`: whether the split leaves a block without a chunk
@@ -119,31 +136,21 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
     elif isinstance(family, dw.DwsepWgmmaResident):  # and the SHARED with it, each its own
         limits = _mc_limits(instances, lambda i, p: get_family(i.family).shared_bytes(
             i.settings, p) <= dw.SMEM_OPT_IN)
-        # dwsep_wgmma_cluster's staged instances: per tile_p, the most staged input pixels each
-        # holds (how many lie below a shape's rows x W tells which fit it)
-        room: dict[int, list[int]] = {}
-        for i in instances:
-            if i.settings.get("staged"):
-                room.setdefault(i.settings["tile_p"], []).append(
-                    get_family(i.family).input_room(i.settings))
-        rooms = sorted((t, sorted(v)) for t, v in room.items())
+        # dwsep_wgmma_cluster's staged instances
+        rooms = _staged_rooms((i.settings["tile_p"], get_family(i.family).input_room(i.settings))
+                              for i in instances if i.settings.get("staged"))
 
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
             if huge:
                 return p
             return (p.R == p.S == 3, bisect_left(passes, p.K), bisect_left(limits, p.MC),
-                    tuple(bisect_left(most, dw.DwsepWgmmaStaged.staged_rows({"tile_p": t}, p)
-                                      * p.W) for t, most in rooms)) if copies else None
+                    _staged_fit(rooms, p)) if copies else None
     elif isinstance(family, dw.DwsepWgmmaSplit):  # and dwsep_wgmma_split_staged
         waves = sorted({(c["tile_p"], c["tile_n"]) for c in configs})
         most_p, most_n = max(tile_p), max(tile_n)
-        staged = isinstance(family, dw.DwsepWgmmaSplitStaged)
-        # the staged instances: per tile_p, the most staged input pixels each holds
-        room: dict[int, list[int]] = {}
-        for c in configs if staged else ():
-            room.setdefault(c["tile_p"], []).append(family.pixels_room(c))
-        rooms = sorted((t, sorted(v)) for t, v in room.items())
+        rooms = _staged_rooms((c["tile_p"], family.pixels_room(c)) for c in configs
+                              if isinstance(family, dw.DwsepWgmmaSplitStaged))
 
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
@@ -155,24 +162,15 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             # largest tiles' does)
             two = (-(-npq // most_p) * -(-p.K // most_n) >= 2 * SM_COUNT or
                    tuple(-(-npq // t) * -(-p.K // n) >= 2 * SM_COUNT for t, n in waves))
-            fits = tuple(bisect_left(most, dw.DwsepWgmmaStaged.staged_rows({"tile_p": t}, p)
-                                     * p.W) for t, most in rooms)
-            return family.filter_case(p), min(-(-p.MC // 64), 9), two, fits
+            return family.filter_case(p), min(-(-p.MC // 64), 9), two, _staged_fit(rooms, p)
     elif isinstance(family, dw.DwsepWgmmaStaged):
-        # per tile_p, the most staged input pixels each instance holds: how many lie below a
-        # shape's (rows x W) tells which instances fit it
-        room: dict[int, list[int]] = {}
-        for c in configs:
-            room.setdefault(c["tile_p"], []).append(family.pixels_room(c))
-        limits = sorted((t, sorted(v)) for t, v in room.items())
+        rooms = _staged_rooms((c["tile_p"], family.pixels_room(c)) for c in configs)
 
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
             if huge:
                 return p
-            return (family.filter_case(p), tuple(
-                bisect_left(most, family.staged_rows({"tile_p": t}, p) * p.W)
-                for t, most in limits)) if copies else None
+            return (family.filter_case(p), _staged_fit(rooms, p)) if copies else None
     elif isinstance(family, dw.DwsepWgmma):
         def key(p: Any) -> Hashable:
             copies, npq, huge = _dwsep_values(p)
