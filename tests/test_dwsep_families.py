@@ -325,6 +325,40 @@ def test_wgmma_cluster_shares_a_pixel_tiles_depthwise_over_its_k_blocks():
         assert (cl.applicable(staged, q) is None) == fits, q.label()
 
 
+def test_wgmma_ring_shares_each_chunk_over_a_cluster_of_channel_tiles():
+    ring = get_family("dwsep_wgmma_ring")
+    settings = dict(tile_p=64, tile_n=256, producers=2, stages=3, a_stages=8, filter=3,
+                    k_share=4)
+    one = instance("dwsep_wgmma_ring", **settings)
+    p = problem(N=32, C=1536, H=10, W=10, K=2048)  # 50 pixel tiles, 8 channel tiles, 24 chunks
+    pack, main = ring.launches(one, p)
+    assert (pack.entry, main.entry) == ("dwsep_wgmma_ring_pack", "dwsep_wgmma_ring")
+    assert main.grid == (50, 8, 1) and main.block == (384, 1, 1)
+    assert "workspace" in main.args and "w_pw" not in main.args
+    assert ring.workspace_bytes(one, p) == 8 * 24 * 256 * 128
+    # any C: no resident tile, only the stages and three staged input buffers
+    buffers = 3 * DwsepWgmmaStaged.input_buffer_bytes(one.settings, p)
+    assert main.shared_bytes == (1024 + (3 * 256 + 8 * 64) * 128 + 12 * 64 + 8 + 8 * 19 + 16
+                                 + buffers + 16)
+    assert ring.applicable(one, p) is None
+    assert "STAGED" not in ring.defines(one) and ring.defines(one)["K_SHARE"] == 4
+    # the last cluster is padded past K: 3 channel tiles of 256 make a cluster of 4
+    assert ring.launches(one, problem(N=32, C=728, H=19, W=19, K=728))[1].grid == (181, 4, 1)
+    # refused: more blocks than channel tiles or chunks, another filter case, staged rows
+    # that do not fit
+    assert "k_share=4" in ring.applicable(one, problem(N=32, C=1536, H=10, W=10, K=768))
+    assert "chunks of 64" in ring.applicable(one, problem(N=32, C=192, H=10, W=10, K=2048))
+    assert "filter=3" in ring.applicable(one, problem(N=32, C=1536, H=10, W=10, K=2048, R=5,
+                                                      S=5, pad=2))
+    assert "shared memory" in ring.applicable(one, problem(N=2, C=256, H=112, W=112, K=2048))
+    assert {i.settings["k_share"] for i in ring.instances(OP, "bf16")} == {2, 3, 4, 8}
+    # every wide pair of the network sets (C and K from 512) is served
+    for q in network_problems():
+        if q.MC >= 512 and q.K >= 512 and q.multiplier == 1:
+            assert any(ring.applicable(i, q) is None for i in ring.instances(OP, "bf16")), \
+                q.label()
+
+
 def test_staged_families_compile_3x3_and_5x5_for_the_tensor_cores():
     """dwsep_wgmma_staged and dwsep_wgmma_bulk_staged compile per filter case 3, 5 or 0 (any
     other size, on the CUDA cores); the 5x5 case stages 64 x 25 taps before its rows."""
@@ -489,6 +523,10 @@ def test_wgmma_resident_keeps_the_depthwise_tile_of_every_channel_and_needs_pass
                                  k_blocks=4, bulk=1, staged=1)),
     ("dwsep_wgmma_cluster", dict(tile_p=64, tile_n=128, producers=2, stages=6, filter=0,
                                  k_blocks=2, bulk=0, staged=1)),
+    ("dwsep_wgmma_ring", dict(tile_p=64, tile_n=256, producers=2, stages=3, a_stages=8,
+                              filter=5, k_share=8)),
+    ("dwsep_wgmma_ring", dict(tile_p=128, tile_n=256, producers=1, stages=3, a_stages=8,
+                              filter=0, k_share=3)),
 ])
 def test_largest_configurations_compile_without_spills(family, settings):
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)

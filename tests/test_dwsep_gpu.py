@@ -19,7 +19,7 @@ ALL_FAMILIES = ("dwsep_chunked", "dwsep_resident", "dwsep_stream", "dwsep_halo",
                 "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split", "dwsep_wgmma_split_staged",
                 "dwsep_wgmma_staged",
                 "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
-                "dwsep_wgmma_cluster", "vendor")
+                "dwsep_wgmma_cluster", "dwsep_wgmma_ring", "vendor")
 # FARM_GPU_FAMILIES="a b": verify those families only (the vendor's always)
 FAMILIES = tuple(f for f in ALL_FAMILIES if f == "vendor" or f in os.environ.get(
     "FARM_GPU_FAMILIES", " ".join(ALL_FAMILIES)).split())
@@ -51,6 +51,9 @@ EDGES = [  # shape fields beyond the defaults
     # 7x7 over three chunks, the last of 8 channels: the staged CUDA-core fill of a cluster
     # split (dwsep_wgmma_split_staged's filter 0)
     dict(N=2, C=136, H=9, W=9, K=72, R=7, S=7, pad=3, activation="silu"),
+    # 7x7 over four chunks (the last of 8 channels) and three channel tiles of 128: a cluster
+    # of dwsep_wgmma_ring padded past K, its CUDA-core fill
+    dict(N=2, C=200, H=11, W=11, K=300, R=7, S=7, pad=3, activation="silu", pw_bias=1),
 ]
 
 
@@ -60,7 +63,8 @@ def must_serve(family: str, problem) -> bool:
     dwsep_wgmma_bulk, dwsep_wgmma_bulk_staged and dwsep_wgmma_cluster serve more than one pass of 128 output channels
     over a depthwise tile that fits in shared memory (C up to 1,024 at least); dwsep_wgmma_split
     and dwsep_wgmma_split_staged serve two chunks or more where their smallest unsplit grid is
-    under two waves; the staged families' input rows fit beside their stages on every edge
+    under two waves; dwsep_wgmma_ring two channel tiles of 128 and two chunks; the staged
+    families' input rows fit beside their stages on every edge
     shape's map."""
     resident = family in ("dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
                           "dwsep_wgmma_cluster")
@@ -70,12 +74,15 @@ def must_serve(family: str, problem) -> bool:
         pixels, tiles_k = problem.N * problem.P * problem.Q, -(-problem.K // 256)
         if problem.MC <= 64 or -(-pixels // 128) * tiles_k >= 264:
             return False
+    if family == "dwsep_wgmma_ring" and (problem.K <= 128 or problem.MC <= 64):
+        return False  # a cluster of two channel tiles and two chunks at least
     if family == "dwsep_halo_tc" and (problem.R, problem.S, problem.stride) != (5, 5, 1):
         return False
     return family not in ("dwsep_halo", "dwsep_halo_tc", "dwsep_wgmma", "dwsep_wgmma_split",
                           "dwsep_wgmma_split_staged",
                           "dwsep_wgmma_staged", "dwsep_wgmma_resident", "dwsep_wgmma_bulk",
-                          "dwsep_wgmma_bulk_staged", "dwsep_wgmma_cluster") or (
+                          "dwsep_wgmma_bulk_staged", "dwsep_wgmma_cluster",
+                          "dwsep_wgmma_ring") or (
         problem.multiplier == 1 and problem.C % 8 == 0)
 
 

@@ -6,8 +6,9 @@ depthwise on the tensor cores), and on Hopper's warpgroup matrix
 instructions dwsep_wgmma (wgmma.cu, sm_90a), dwsep_wgmma_split (the same with the channels
 divided over a cluster), dwsep_wgmma_staged (the same with the input staged in shared memory),
 dwsep_wgmma_split_staged (both), and on wgmma_resident.cu (the depthwise once per pixel tile)
-dwsep_wgmma_resident, dwsep_wgmma_bulk, dwsep_wgmma_bulk_staged and dwsep_wgmma_cluster; their
-configuration spaces, applicability and launch geometry."""
+dwsep_wgmma_resident, dwsep_wgmma_bulk, dwsep_wgmma_bulk_staged and dwsep_wgmma_cluster, and
+on wgmma_ring.cu dwsep_wgmma_ring (a cluster's ring of A tiles); their configuration spaces,
+applicability and launch geometry."""
 
 from __future__ import annotations
 
@@ -656,20 +657,11 @@ class DwsepWgmmaResident(SharedPixelTile, DwsepWgmma):
         return super().refuses(instance, p)
 
 
-class DwsepWgmmaBulk(DwsepWgmmaResident):
-    """dwsep_wgmma_resident with the pointwise weight packed by a first launch into the stages'
-    own image ([K tiles][chunks][tile_n swizzled rows of 128 bytes], in the workspace), so that
-    each stage arrives by one bulk copy on the TMA engine, issued by one producer thread and
-    awaited on the stage's mbarrier, instead of tile_n x 8 cp.async spread over the producers
-    (wgmma_resident.cu with BULK). The timed interval holds both launches. Config fields:
-    dwsep_wgmma_resident's."""
-
-    name = "dwsep_wgmma_bulk"
-    short = "wgmma_bulk"
-    stage_barriers = True
-
-    def defines(self, instance: Instance) -> dict[str, int | str]:
-        return {**super().defines(instance), "BULK": 1}
+class PackedWeight:
+    """For the families whose weight stages arrive by bulk copies: a first launch packs the
+    pointwise weight into the stages' own image ([K tiles][chunks][tile_n swizzled rows of 128
+    bytes], in the workspace; dwsep_bulk.cuh), which the main launch reads instead of w_pw.
+    The timed interval holds both launches."""
 
     @staticmethod
     def packed_tiles(c: dict[str, Any], p: DwsepProblem) -> int:
@@ -686,6 +678,21 @@ class DwsepWgmmaBulk(DwsepWgmmaResident):
         [main] = super().launches(instance, problem)
         return [pack, replace(main, args=tuple("workspace" if a == "w_pw" else a
                                                   for a in main.args))]
+
+
+class DwsepWgmmaBulk(PackedWeight, DwsepWgmmaResident):
+    """dwsep_wgmma_resident with the pointwise weight packed by a first launch into the stages'
+    own image (PackedWeight), so that each stage arrives by one bulk copy on the TMA engine,
+    issued by one producer thread and awaited on the stage's mbarrier, instead of tile_n x 8
+    cp.async spread over the producers (wgmma_resident.cu with BULK). Config fields:
+    dwsep_wgmma_resident's."""
+
+    name = "dwsep_wgmma_bulk"
+    short = "wgmma_bulk"
+    stage_barriers = True
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        return {**super().defines(instance), "BULK": 1}
 
 
 class DwsepWgmmaBulkStaged(DwsepWgmmaBulk):
@@ -789,6 +796,72 @@ class DwsepWgmmaCluster(DwsepWgmmaBulk):
         return None
 
 
+
+class DwsepWgmmaRing(PackedWeight, StagedInput, DwsepWgmma):
+    """The wide pairs' depthwise once per pixel tile without a resident copy of every channel
+    (wgmma_ring.cu): k_share blocks, a thread-block cluster, own a tile of tile_p pixels and
+    k_share consecutive tiles of tile_n output channels, one each. Each runs the chunks of 64
+    channels through a ring of stages (an A and a weight tile each); chunk c is computed by the
+    cluster's block c % k_share from input rows staged in shared memory (3x3 and 5x5 on the
+    tensor cores) into a ring of a_stages A tiles and sent to the same stage of every block
+    by bulk copies (shared memory to shared memory), with mbarriers of cluster scope handing
+    the stages round; the weight tiles arrive in a ring of their own (stages) by bulk copies
+    from the weight packed by a first launch (PackedWeight). So any C fits, the depthwise
+    overlaps the wgmma, and a block computes 1 / k_share of it. Refused where the cluster
+    has more blocks than the channel tiles or the chunks, or the staged buffers do not fit.
+    Config fields: those of dwsep_wgmma (stages: the weight's, 3 or 4 of 128 channels, 2 or 3
+    of 256; filter 3, 5 or 0),
+    a_stages (4 or 8) and k_share (2, 3, 4 or 8)."""
+
+    name = "dwsep_wgmma_ring"
+    short = "wgmma_ring"
+    source_file = "dwsep/wgmma_ring.cu"
+    INPUT_BUFFERS = 3  # wgmma_ring.cu's INPUT_LEAD + 1
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size,
+                                     a_stages=a_stages, k_share=k_share)
+                   for tile_p, tile_n, producers in ((64, 128, 2), (64, 256, 2), (128, 128, 1),
+                                                     (128, 256, 1))
+                   for stages in ((3, 4) if tile_n == 128 else (2, 3)) for a_stages in (4, 8)
+                   for filter_size in (3, 5, 0) for k_share in (2, 3, 4, 8)]
+        return [c for c in configs if self.threads(c) <= self.MAX_THREADS
+                and self.shared_bytes(c, None) <= SMEM_OPT_IN]
+
+    def defines(self, instance: Instance) -> dict[str, int | str]:
+        values = super().defines(instance)
+        values.pop("STAGED")  # always staged
+        return values
+
+    def grid(self, c: dict[str, Any], p: DwsepProblem) -> tuple[int, int]:
+        """(pixel tiles, channel tiles rounded up to whole clusters)."""
+        tiles, tiles_k = DwsepWgmma.grid(self, c, p)
+        return tiles, -(-tiles_k // c["k_share"]) * c["k_share"]
+
+    def shared_bytes(self, c: dict[str, Any], p: DwsepProblem | None) -> int:
+        """1 KB to align, the weight's and A's stages, the rows' descriptors, 8 bytes to align
+        and the mbarriers (two an A stage, one a weight stage), 16 to align, and for a problem
+        three staged input buffers; a 16-byte zero row."""
+        inputs = 0 if p is None else self.INPUT_BUFFERS * self.input_buffer_bytes(c, p)
+        return (1024 + 128 * (c["stages"] * c["tile_n"] + c["a_stages"] * c["tile_p"])
+                + 12 * c["tile_p"] + 8 + 8 * (2 * c["a_stages"] + c["stages"]) + 16 + inputs
+                + 16)
+
+    def pixels_room(self, c: dict[str, Any]) -> int:
+        spare = SMEM_OPT_IN - self.shared_bytes(c, None)
+        return (spare // self.INPUT_BUFFERS - self.param_bytes(c)) // self.PIXEL_BYTES
+
+    def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
+        c = instance.settings
+        tiles_k, count = -(-p.K // c["tile_n"]), -(-p.MC // 64)
+        if tiles_k < c["k_share"]:
+            return (f"K={p.K} makes {tiles_k} channel tile(s) of {c['tile_n']}: fewer than the "
+                    f"cluster's k_share={c['k_share']} blocks")
+        if count < c["k_share"]:
+            return (f"MC={p.MC} has {count} chunks of 64: fewer than the cluster's "
+                    f"k_share={c['k_share']} blocks")
+        return super().refuses(instance, p)
+
 FAMILY = register(DwsepChunked())
 RESIDENT_FAMILY = register(DwsepResident())
 STREAM_FAMILY = register(DwsepStream())
@@ -802,9 +875,10 @@ WGMMA_RESIDENT_FAMILY = register(DwsepWgmmaResident())
 WGMMA_BULK_FAMILY = register(DwsepWgmmaBulk())
 WGMMA_BULK_STAGED_FAMILY = register(DwsepWgmmaBulkStaged())
 WGMMA_CLUSTER_FAMILY = register(DwsepWgmmaCluster())
+WGMMA_RING_FAMILY = register(DwsepWgmmaRing())
 __all__ = ["DwsepChunked", "DwsepHalo", "DwsepHaloTc", "DwsepResident", "DwsepStream", "DwsepWgmma",
-           "DwsepWgmmaBulk", "DwsepWgmmaBulkStaged", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaSplit", "DwsepWgmmaSplitStaged", "DwsepWgmmaStaged",
+           "DwsepWgmmaBulk", "DwsepWgmmaBulkStaged", "DwsepWgmmaCluster", "DwsepWgmmaResident", "DwsepWgmmaRing", "DwsepWgmmaSplit", "DwsepWgmmaSplitStaged", "DwsepWgmmaStaged",
            "StagedInput", "FAMILY", "HALO_FAMILY", "HALO_TC_FAMILY",
-           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_BULK_STAGED_FAMILY", "WGMMA_CLUSTER_FAMILY", "WGMMA_FAMILY",
+           "RESIDENT_FAMILY", "STREAM_FAMILY", "WGMMA_BULK_FAMILY", "WGMMA_BULK_STAGED_FAMILY", "WGMMA_CLUSTER_FAMILY", "WGMMA_FAMILY", "WGMMA_RING_FAMILY",
            "WGMMA_RESIDENT_FAMILY", "WGMMA_SPLIT_FAMILY", "WGMMA_SPLIT_STAGED_FAMILY",
            "WGMMA_STAGED_FAMILY"]

@@ -163,6 +163,17 @@ def _dwsep_key(family: Any, instances: Sequence[Instance], operator: str) -> Rul
             two = (-(-npq // most_p) * -(-p.K // most_n) >= 2 * SM_COUNT or
                    tuple(-(-npq // t) * -(-p.K // n) >= 2 * SM_COUNT for t, n in waves))
             return family.filter_case(p), min(-(-p.MC // 64), 9), two, _staged_fit(rooms, p)
+    elif isinstance(family, dw.DwsepWgmmaRing):
+        # channel tiles against the cluster's blocks, chunks of 64 too, and the buffers' fit
+        clusters = _products(tile_n, max(c["k_share"] for c in configs))
+        rooms = _staged_rooms((c["tile_p"], family.pixels_room(c)) for c in configs)
+
+        def key(p: Any) -> Hashable:
+            copies, npq, huge = _dwsep_values(p)
+            if huge:
+                return p
+            return (family.filter_case(p), bisect_left(clusters, p.K), min(-(-p.MC // 64), 9),
+                    _staged_fit(rooms, p)) if copies else None
     elif isinstance(family, dw.DwsepWgmmaStaged):
         rooms = _staged_rooms((c["tile_p"], family.pixels_room(c)) for c in configs)
 
@@ -241,7 +252,7 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], Any]] = {
         "dwsep_chunked", "dwsep_resident", "dwsep_wgmma", "dwsep_wgmma_split",
         "dwsep_wgmma_split_staged", "dwsep_wgmma_staged",
         "dwsep_wgmma_resident", "dwsep_wgmma_bulk", "dwsep_wgmma_bulk_staged",
-        "dwsep_wgmma_cluster")},
+        "dwsep_wgmma_cluster", "dwsep_wgmma_ring")},
     **{name: _walking for name in ("dwsep_stream", "dwsep_halo", "dwsep_halo_tc")},
 }
 

@@ -57,6 +57,7 @@
 #endif
 
 #include "dwsep_wgmma.cuh"
+#include "dwsep_bulk.cuh"
 
 #ifndef BULK
 #define BULK 0
@@ -80,41 +81,10 @@
 #define PACK_KERNEL dwsep_wgmma_bulk_pack
 #endif
 
-// One thread per 16-byte piece of the packed weight; zeros past K and MC.
 extern "C" __global__ void PACK_KERNEL(const elem_t* __restrict__ w_pw,
                                                  unsigned char* __restrict__ packed,
                                                  DwsepParams p) {
-  const int chunks = (p.MC + 63) / 64, k_tiles = (p.K + TILE_N - 1) / TILE_N;
-  const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  const int piece = (int)(i & 7), row = (int)((i >> 3) % TILE_N);
-  const long tile = (i >> 3) / TILE_N;  // k tile * chunks + chunk
-  if (tile >= (long)k_tiles * chunks) return;
-  const int k = (int)(tile / chunks) * TILE_N + row, j = (int)(tile % chunks) * 64 + 8 * piece;
-  uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  if (k < p.K && j < p.MC) v = __ldg(reinterpret_cast<const uint4*>(w_pw + (long)k * p.MC + j));
-  *reinterpret_cast<uint4*>(packed + tile * TILE_N * ROW_BYTES + sw128_offset(row, piece)) = v;
-}
-
-__device__ __forceinline__ void mbar_init(u64* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
-}
-// One thread: the stage's bytes expected on `bar`, then the bulk copy that brings them.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, u64* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
-               "r"(bytes)
-               : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u64* bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
+  pack_stages(w_pw, packed, p);
 }
 #elif K_SHARE > 1
 #define RESIDENT_KERNEL dwsep_wgmma_cluster
@@ -138,11 +108,6 @@ __device__ __forceinline__ void mbar_wait(u64* bar, int parity) {
 #if 2 * STAGES + 1 >= SHARE_BARRIER
 #error "dwsep_wgmma_cluster: the producers' barrier id must lie above the stages' (STAGES <= 6)"
 #endif
-// Stores of this thread in any state space (the cluster's shared memory included) ordered
-// before the async proxy's (wgmma's) reads.
-__device__ __forceinline__ void fence_proxy_async_all() {
-  asm volatile("fence.proxy.async;\n" ::: "memory");
-}
 // This block's chunks (rank, rank + K_SHARE, ...), computed by the producers (thread t of
 // PRODUCER_THREADS) into this block's resident A and copied, 16 bytes at a time, to the same
 // place in the other blocks of the cluster.
@@ -193,17 +158,12 @@ __device__ __forceinline__ void fill_and_share(unsigned char* resident, int chun
 #endif
   asm volatile("bar.sync %0, %1;\n" ::"n"(SHARE_BARRIER), "n"(PRODUCER_THREADS) : "memory");
   for (int c = rank; c < chunks; c += K_SHARE) {
-    const u32 chunk = smem_u32(resident + c * CHUNK_BYTES);
     for (int off = 16 * t; off < CHUNK_BYTES; off += 16 * PRODUCER_THREADS) {
-      const uint4 v = *reinterpret_cast<const uint4*>(resident + c * CHUNK_BYTES + off);
+      unsigned char* piece = resident + c * CHUNK_BYTES + off;
+      const uint4 v = *reinterpret_cast<const uint4*>(piece);
 #pragma unroll
-      for (int r = 1; r < K_SHARE; ++r) {
-        u32 remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                     : "=r"(remote) : "r"(chunk + off), "r"((u32)((rank + r) % K_SHARE)));
-        asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(remote),
-                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-      }
+      for (int r = 1; r < K_SHARE; ++r)
+        cluster_store16(cluster_address(piece, (u32)((rank + r) % K_SHARE)), v);
     }
   }
 }
@@ -222,7 +182,7 @@ __device__ __forceinline__ void hand_over(int step) {
 #if BULK
 // hand_over with the step's stage awaited on its mbarrier.
 __device__ __forceinline__ void hand_over_bulk(int step, u64* bars) {
-  mbar_wait(bars + step % STAGES, (step / STAGES) & 1);
+  sm90_mbar_wait(bars + step % STAGES, (step / STAGES) & 1);
   fence_proxy_async();
   barrier_arrive(FULL_BARRIER + step % STAGES);
 }
@@ -259,7 +219,7 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
   u64* bars = reinterpret_cast<u64*>(
       (reinterpret_cast<unsigned long long>(rows + TILE_P) + 7ull) & ~7ull);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) mbar_init(bars + s, 1);
+    for (int s = 0; s < STAGES; ++s) sm90_mbar_init(bars + s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
 #endif
