@@ -538,16 +538,20 @@ class StagedInput:
         """One buffer of a chunk's staged input: its parameters, then staged_rows x W pixels."""
         return cls.param_bytes(c) + cls.staged_rows(c, p) * p.W * cls.PIXEL_BYTES
 
+    def input_buffers(self, c: dict[str, Any]) -> int:
+        """The buffers of staged input rows: stages - 1 (wgmma.cu's LEAD + 1)."""
+        return c["stages"] - 1
+
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem | None) -> int:
-        """The family's own, a 16-byte zero row and, for a problem, stages - 1 buffers of
-        staged input rows."""
-        inputs = 0 if p is None else (c["stages"] - 1) * self.input_buffer_bytes(c, p)
+        """The family's own, a 16-byte zero row and, for a problem, the buffers of staged
+        input rows."""
+        inputs = 0 if p is None else self.input_buffers(c) * self.input_buffer_bytes(c, p)
         return super().shared_bytes(c, p) + inputs + 16
 
     def pixels_room(self, c: dict[str, Any]) -> int:
         """The most staged input pixels (rows x W) a buffer of `c` may hold."""
         spare = SMEM_OPT_IN - self.shared_bytes(c, None)
-        return (spare // (c["stages"] - 1) - self.param_bytes(c)) // self.PIXEL_BYTES
+        return (spare // self.input_buffers(c) - self.param_bytes(c)) // self.PIXEL_BYTES
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         need = self.shared_bytes(instance.settings, p)
@@ -796,27 +800,24 @@ class DwsepWgmmaCluster(DwsepWgmmaBulk):
         return None
 
 
-
 class DwsepWgmmaRing(PackedWeight, StagedInput, DwsepWgmma):
     """The wide pairs' depthwise once per pixel tile without a resident copy of every channel
     (wgmma_ring.cu): k_share blocks, a thread-block cluster, own a tile of tile_p pixels and
-    k_share consecutive tiles of tile_n output channels, one each. Each runs the chunks of 64
-    channels through a ring of stages (an A and a weight tile each); chunk c is computed by the
-    cluster's block c % k_share from input rows staged in shared memory (3x3 and 5x5 on the
-    tensor cores) into a ring of a_stages A tiles and sent to the same stage of every block
-    by bulk copies (shared memory to shared memory), with mbarriers of cluster scope handing
-    the stages round; the weight tiles arrive in a ring of their own (stages) by bulk copies
-    from the weight packed by a first launch (PackedWeight). So any C fits, the depthwise
-    overlaps the wgmma, and a block computes 1 / k_share of it. Refused where the cluster
-    has more blocks than the channel tiles or the chunks, or the staged buffers do not fit.
-    Config fields: those of dwsep_wgmma (stages: the weight's, 3 or 4 of 128 channels, 2 or 3
-    of 256; filter 3, 5 or 0),
-    a_stages (4 or 8) and k_share (2, 3, 4 or 8)."""
+    k_share consecutive tiles of tile_n output channels, one each. Chunk c of 64 channels is
+    computed by the cluster's block c % k_share from input rows staged in shared memory (3x3
+    and 5x5 on the tensor cores) into a ring of a_stages A tiles and sent to the same stage of
+    every block by bulk copies (shared memory to shared memory), with mbarriers of cluster
+    scope handing the stages round; the weight tiles arrive in a ring of their own (stages)
+    by bulk copies from the weight packed by a first launch (PackedWeight). So any C fits,
+    the depthwise overlaps the wgmma, and a block computes 1 / k_share of it. Refused where
+    the cluster has more blocks than the channel tiles or the chunks, or the staged buffers
+    do not fit. Config fields: those of dwsep_wgmma (stages: the weight's, 3 or 4 of 128
+    channels, 2 or 3 of 256; filter 3, 5 or 0), a_stages (4 or 8) and k_share (2, 3, 4 or
+    8)."""
 
     name = "dwsep_wgmma_ring"
     short = "wgmma_ring"
     source_file = "dwsep/wgmma_ring.cu"
-    INPUT_BUFFERS = 3  # wgmma_ring.cu's INPUT_LEAD + 1
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
         configs = [self.wgmma_config(tile_p, tile_n, producers, stages, filter_size,
@@ -838,18 +839,18 @@ class DwsepWgmmaRing(PackedWeight, StagedInput, DwsepWgmma):
         tiles, tiles_k = DwsepWgmma.grid(self, c, p)
         return tiles, -(-tiles_k // c["k_share"]) * c["k_share"]
 
+    def input_buffers(self, c: dict[str, Any]) -> int:
+        """wgmma_ring.cu's INPUT_BUFFERS (INPUT_LEAD + 1), whatever the stages."""
+        return 3
+
     def shared_bytes(self, c: dict[str, Any], p: DwsepProblem | None) -> int:
         """1 KB to align, the weight's and A's stages, the rows' descriptors, 8 bytes to align
         and the mbarriers (two an A stage, one a weight stage), 16 to align, and for a problem
-        three staged input buffers; a 16-byte zero row."""
-        inputs = 0 if p is None else self.INPUT_BUFFERS * self.input_buffer_bytes(c, p)
+        the staged input buffers; a 16-byte zero row."""
+        inputs = 0 if p is None else self.input_buffers(c) * self.input_buffer_bytes(c, p)
         return (1024 + 128 * (c["stages"] * c["tile_n"] + c["a_stages"] * c["tile_p"])
                 + 12 * c["tile_p"] + 8 + 8 * (2 * c["a_stages"] + c["stages"]) + 16 + inputs
                 + 16)
-
-    def pixels_room(self, c: dict[str, Any]) -> int:
-        spare = SMEM_OPT_IN - self.shared_bytes(c, None)
-        return (spare // self.INPUT_BUFFERS - self.param_bytes(c)) // self.PIXEL_BYTES
 
     def refuses(self, instance: Instance, p: DwsepProblem) -> str | None:
         c = instance.settings
@@ -861,6 +862,7 @@ class DwsepWgmmaRing(PackedWeight, StagedInput, DwsepWgmma):
             return (f"MC={p.MC} has {count} chunks of 64: fewer than the cluster's "
                     f"k_share={c['k_share']} blocks")
         return super().refuses(instance, p)
+
 
 FAMILY = register(DwsepChunked())
 RESIDENT_FAMILY = register(DwsepResident())
