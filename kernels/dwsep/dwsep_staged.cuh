@@ -8,6 +8,13 @@
 #if TC_FILL
 #define TAPS (FILTER * FILTER)
 #define PARAM_BYTES (2 * (64 * TAPS + 128))  // a chunk's 64 x TAPS taps, 64 scales, 64 shifts
+// 16-pixel groups a producer warp's fill_chunk_tc holds in flight (their A fragments at once):
+// up to four for 3x3 filters, one for 5x5 (13 steps of A fragments a group)
+#if FILTER == 3
+#define IN_FLIGHT (TILE_P / 16 < 4 ? TILE_P / 16 : 4)
+#else
+#define IN_FLIGHT 1
+#endif
 #else
 #define PARAM_BYTES 0
 #endif
@@ -141,30 +148,48 @@ __device__ __forceinline__ void fill_chunk_tc(unsigned char* a, int t, const Row
     unpack_pair(*reinterpret_cast<const u32*>(params + 64 * TAPS + 64 + 8 * piece + kq), sh[0],
                 sh[1]);
 #pragma unroll
-    for (int g = 0; g < GROUPS; ++g) {
-      const RowTaps tp = rows[16 * g + apix];
-      u32 af[STEPS][4];  // the steps' A first (ldmatrix keeps its order), then their mma
+    for (int g0 = 0; g0 < GROUPS; g0 += IN_FLIGHT) {
+      // IN_FLIGHT groups' A first (ldmatrix keeps its order, and none may pass the stores of
+      // the groups before), then their mma as 2 IN_FLIGHT independent chains, then their values
+      u32 af[IN_FLIGHT][STEPS][4];
 #pragma unroll
-      for (int i = 0; i < STEPS; ++i) {
-        const int tap = 2 * i + half, r = tap / FILTER, s = tap % FILTER;
-        const bool valid = tap < TAPS && (unsigned)(tp.h0 + r) < (unsigned)p.H &&
-                           (unsigned)(tp.w0 + s) < (unsigned)p.W;
-        const u32 row = valid ? base + (tp.offset + r * p.W + s) * STAGED_PIXEL + 16 * piece
-                              : zero_row;
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(af[i][0]), "=r"(af[i][1]), "=r"(af[i][2]), "=r"(af[i][3])
-                     : "r"(row));
+      for (int gi = 0; gi < IN_FLIGHT; ++gi) {
+        const RowTaps tp = rows[16 * (g0 + gi) + apix];
+#pragma unroll
+        for (int i = 0; i < STEPS; ++i) {
+          const int tap = 2 * i + half, r = tap / FILTER, s = tap % FILTER;
+          const bool valid = tap < TAPS && (unsigned)(tp.h0 + r) < (unsigned)p.H &&
+                             (unsigned)(tp.w0 + s) < (unsigned)p.W;
+          const u32 row = valid ? base + (tp.offset + r * p.W + s) * STAGED_PIXEL + 16 * piece
+                                : zero_row;
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(af[gi][i][0]), "=r"(af[gi][i][1]), "=r"(af[gi][i][2]),
+                         "=r"(af[gi][i][3])
+                       : "r"(row));
+        }
       }
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float d[IN_FLIGHT][2][4];
 #pragma unroll
-      for (int i = 0; i < STEPS; ++i) depthwise_mma(i % 2 ? d2 : d, af[i], b[i][0], b[i][1]);
+      for (int gi = 0; gi < IN_FLIGHT; ++gi)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) d[e] += d2[e];
+        for (int e = 0; e < 4; ++e) d[gi][0][e] = d[gi][1][e] = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        d[e] = dwsep_activate(d[e] * sc[e & 1] + sh[e & 1], p.activation);
-      *reinterpret_cast<u32*>(out + sw128_offset(16 * g + n, piece)) = pack_pair(d[0], d[1]);
-      *reinterpret_cast<u32*>(out + sw128_offset(16 * g + n + 8, piece)) = pack_pair(d[2], d[3]);
+      for (int i = 0; i < STEPS; ++i)
+#pragma unroll
+        for (int gi = 0; gi < IN_FLIGHT; ++gi)
+          depthwise_mma(d[gi][i % 2], af[gi][i], b[i][0], b[i][1]);
+#pragma unroll
+      for (int gi = 0; gi < IN_FLIGHT; ++gi) {
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          v[e] = dwsep_activate((d[gi][0][e] + d[gi][1][e]) * sc[e & 1] + sh[e & 1],
+                                p.activation);
+        const int g = g0 + gi;
+        *reinterpret_cast<u32*>(out + sw128_offset(16 * g + n, piece)) = pack_pair(v[0], v[1]);
+        *reinterpret_cast<u32*>(out + sw128_offset(16 * g + n + 8, piece)) =
+            pack_pair(v[2], v[3]);
+      }
     }
   }
 }
