@@ -1,7 +1,7 @@
 // What the staged wgmma families share (wgmma.cu and wgmma_resident.cu with STAGED): each
 // chunk's input rows under a block's pixels staged in shared memory by cp.async (load_input),
-// the rows' offsets into them (staged_rows_of), and the 3x3 and 5x5 depthwise on the tensor
-// cores from there (fill_chunk_tc). The including kernel defines TILE_P, THREADS,
+// the rows' offsets into them (staged_rows_of), and the depthwise from there (fill_staged: 3x3
+// and 5x5 on the tensor cores, fill_chunk_tc). The including kernel defines TILE_P, THREADS,
 // PRODUCER_THREADS and FILTER, and includes dwsep_wgmma.cuh first.
 #pragma once
 #define TC_FILL (FILTER == 3 || FILTER == 5)  // the filter sizes fill_chunk_tc computes
@@ -194,3 +194,20 @@ __device__ __forceinline__ void fill_chunk_tc(unsigned char* a, int t, const Row
   }
 }
 #endif
+
+// A chunk's activated depthwise values from its staged input `staged` into the swizzled A tile
+// `a`: on the tensor cores for 3x3 and 5x5 filters (fill_chunk_tc), on the CUDA cores for any
+// other size (fill_chunk reading the staged rows).
+__device__ __forceinline__ void fill_staged(unsigned char* a, int t, const RowTaps* rows,
+                                            const elem_t* __restrict__ x,
+                                            const elem_t* __restrict__ w_dw,
+                                            const elem_t* __restrict__ scale,
+                                            const elem_t* __restrict__ shift,
+                                            const DwsepParams& p, int j0,
+                                            const unsigned char* staged, u32 zero_row) {
+#if TC_FILL
+  fill_chunk_tc(a, t, rows, staged, zero_row, p, j0);
+#else
+  fill_chunk<true>(a, t, rows, x, w_dw, scale, shift, p, j0, staged);
+#endif
+}

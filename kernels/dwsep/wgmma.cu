@@ -229,13 +229,8 @@ WGMMA_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       }
       cp_async_commit();
       const int s = c % STAGES;
-#if TC_FILL
-      fill_chunk_tc(stages + s * STAGE_BYTES, t, rows, inputs + (c % INPUT_BUFFERS) * input_bytes,
-                    smem_u32(zero_row), p, (first + c) * 64);
-#else
-      fill_chunk<true>(stages + s * STAGE_BYTES, t, rows, x, w_dw, scale, shift, p,
-                       (first + c) * 64, inputs + (c % INPUT_BUFFERS) * input_bytes);
-#endif
+      fill_staged(stages + s * STAGE_BYTES, t, rows, x, w_dw, scale, shift, p, (first + c) * 64,
+                  inputs + (c % INPUT_BUFFERS) * input_bytes, smem_u32(zero_row));
       fence_proxy_async();  // this thread's stores and landed copies, visible to wgmma
       barrier_arrive(FULL_BARRIER + s);
     }

@@ -144,12 +144,8 @@ __device__ __forceinline__ void fill_and_share(unsigned char* resident, int chun
                  shift, p, first_row, in_rows, (c + INPUT_LEAD * K_SHARE) * 64, t);
     cp_async_commit();
     const unsigned char* staged = inputs + (i % INPUT_BUFFERS) * input_bytes;
-#if TC_FILL
-    fill_chunk_tc(resident + c * CHUNK_BYTES, t, rows, staged, zero_row, p, c * 64);
-#else
-    fill_chunk<true>(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64,
-                     staged);
-#endif
+    fill_staged(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64, staged,
+                zero_row);
   }
   cp_async_wait<0>();
 #else
@@ -299,13 +295,8 @@ RESIDENT_KERNEL(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
                      first_row, in_rows, ahead * 64, t);
         cp_async_commit();
         const unsigned char* staged = inputs + (c % INPUT_BUFFERS) * input_bytes;
-#if TC_FILL
-        fill_chunk_tc(resident + c * CHUNK_BYTES, t, rows, staged, smem_u32(zero_row), p,
-                      c * 64);
-#else
-        fill_chunk<true>(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64,
-                         staged);
-#endif
+        fill_staged(resident + c * CHUNK_BYTES, t, rows, x, w_dw, scale, shift, p, c * 64,
+                    staged, smem_u32(zero_row));
       }
 #else
       if (K_SHARE == 1 && pass == 0)

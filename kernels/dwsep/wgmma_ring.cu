@@ -168,11 +168,7 @@ dwsep_wgmma_ring(const elem_t* __restrict__ x, const elem_t* __restrict__ w_dw,
       }
       unsigned char* a = a_stages + s * A_BYTES;
       const unsigned char* staged = inputs + (i % INPUT_BUFFERS) * input_bytes;
-#if TC_FILL
-      fill_chunk_tc(a, t, rows, staged, smem_u32(zero_row), p, c * 64);
-#else
-      fill_chunk<true>(a, t, rows, x, w_dw, scale, shift, p, c * 64, staged);
-#endif
+      fill_staged(a, t, rows, x, w_dw, scale, shift, p, c * 64, staged, smem_u32(zero_row));
       // this thread's stores, visible to the bulk copies and wgmma
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       asm volatile("bar.sync %0, %1;\n" ::"n"(PRODUCERS_BARRIER), "n"(PRODUCER_THREADS)
