@@ -18,7 +18,8 @@ bench/farm_throughput.py --record), whose every pair, the vendor's included, was
 the recorded GPU by the farm's default policy; it is written as vs_vendor_networks.json, with
 geometric means per operator, per network and per shape class.
 Usage: python -m bench.vs_vendor [--shapes anchors|networks|all] [--ops ...] [--batch 32 ...]
-                                 [--compiled | --no-compiled]
+                                 [--compiled | --no-compiled] [--families ...] [--networks ...]
+                                 [--time-limit-s S]
        python -m bench.vs_vendor --ops groupnorm_bwd --shapes networks --batch 8 32
        python -m bench.vs_vendor --recording jobs/recordings/h100-standard.parquet [--out DIR]
 """
@@ -29,7 +30,9 @@ import argparse
 import csv
 import json
 import math
+import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -63,8 +66,10 @@ def network_rows(op: str, batch: int | None = None) -> list[dict]:
     return rows
 
 
-def shapes(op: str, which: str, dtype: str, batch: int) -> list[tuple[str, Problem]]:
-    """(label, problem) of the anchors (convolutions) and/or the network layers at `batch`."""
+def shapes(op: str, which: str, dtype: str, batch: int,
+           networks: Sequence[str] | None = None) -> list[tuple[str, Problem]]:
+    """(label, problem) of the anchors (convolutions) and/or the network layers at `batch`
+    (of `networks` only, where given)."""
     spec = operator_spec(op)
     out = []
     if which in ("anchors", "all") and op.startswith("conv2d_"):
@@ -72,6 +77,8 @@ def shapes(op: str, which: str, dtype: str, batch: int) -> list[tuple[str, Probl
     if which in ("networks", "all"):
         for row in network_rows(op, batch):
             network = row.get("network") or ""
+            if networks is not None and network not in networks:
+                continue
             try:
                 out.append((f"{network} {row.get('layer', '')}".strip(), spec.problem(dtype, row)))
             except ProblemError as exc:
@@ -181,6 +188,12 @@ def main() -> None:
     parser.add_argument("--families", nargs="*", default=None,
                         help="measure only these families of ours (the vendor's always), on the "
                              "shapes some instance of theirs serves")
+    parser.add_argument("--networks", nargs="*", default=None,
+                        help="the layers of these networks only (the tables' file names, e.g. "
+                             "xception)")
+    parser.add_argument("--time-limit-s", type=float, default=None,
+                        help="start no shape after this many seconds; the shapes measured are "
+                             "written (so they are when the run is ended by SIGTERM, too)")
     args = parser.parse_args()
     if args.recording:
         return from_recording(args.recording, args.out,
@@ -190,9 +203,11 @@ def main() -> None:
     rows, table = [], []
     seen: set[Problem] = set()
     lost: dict | None = None  # the pair that lost the GPU context, which ends the run
+    stopped: dict | None = None  # why the run ended before its last shape
     start = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, _stop)
     for op in args.ops:
-        if lost:
+        if lost or stopped:
             break
         instances = [i for f in sorted(families_for(op), key=lambda f: f.measure_order)
                      if f.name not in NAIVE and (args.families is None or f.name == VENDOR.name
@@ -202,11 +217,17 @@ def main() -> None:
         if with_compiled and instances and instances[0].family == VENDOR.name:
             instances.insert(1, VENDOR.compiled_instance(op, args.dtype))  # after the vendor's
         for batch in args.batch:
-            if lost:
+            if lost or stopped:
                 break
-            for label, problem in shapes(op, args.shapes, args.dtype, batch):
+            for label, problem in shapes(op, args.shapes, args.dtype, batch, args.networks):
                 if problem in seen or (args.families and not serves(instances, problem)):
                     continue
+                if args.time_limit_s is not None and \
+                        time.perf_counter() - start > args.time_limit_s:
+                    stopped = {"reason": f"time limit of {args.time_limit_s:g} s",
+                               "next_shape": label}
+                    print(f"stopped before {label}: {stopped['reason']}", flush=True)
+                    break
                 seen.add(problem)
                 if with_compiled:
                     forget_compiled()
@@ -220,12 +241,16 @@ def main() -> None:
                             "instance": culprit, "message": str(exc)}
                     print(f"GPU context lost on {problem.label()} by {lost['instance']}: "
                           f"{exc}; writing the shapes measured so far", flush=True)
+                except Stopped as exc:  # SIGTERM: keep what was measured
+                    stopped = {"reason": str(exc), "next_shape": label}
+                    print(f"stopped on {label}: {exc}; writing the shapes measured so far",
+                          flush=True)
                 for instance, result in results:
                     rows.append({"op": op, "batch": batch, "shape": label,
                                  "problem": problem.label(), "family": instance.family,
                                  "instance": instance.name, **result.row(), "policy": None,
                                  "telemetry": None})
-                if lost:  # a shape measured in part has no best instance to report
+                if lost or stopped:  # a shape measured in part has no best instance to report
                     break
                 table.append(entry := summarize(op, batch, label, problem, results, copy_gbps))
                 compiled = (f"compiled {entry['compiled_us'] or float('nan'):9.1f} us  "
@@ -235,12 +260,14 @@ def main() -> None:
                       f"x{entry['speedup'] or float('nan'):5.2f}  copy "
                       f"{entry['ours_copy_fraction'] or float('nan'):4.2f}  "
                       f"{entry['best_instance']}  failed={entry['failed']}", flush=True)
+    signal.signal(signal.SIGTERM, previous)
     geomeans = {op: op_geomeans([e for e in table if e["op"] == op], args.batch)
                 for op in args.ops}
     figures = {"dtype": args.dtype, "batch": args.batch, "copy_gbps": copy_gbps,
                "shapes_from": args.shapes, "policy": POLICY.model_dump(),
                "geomean_speedup": geomeans, "shapes": table,
-               "seconds": time.perf_counter() - start, "device_lost": lost}
+               "seconds": time.perf_counter() - start, "device_lost": lost,
+               "stopped": stopped}
     path = write_result(args.name, worker.fingerprint, figures, args.out)
     pd.DataFrame(rows).to_parquet(path.with_name(f"{args.name}_pairs.parquet"), index=False)
     print("geomean speedup over the vendor:", json.dumps(geomeans, indent=1),
@@ -249,6 +276,19 @@ def main() -> None:
     if lost:
         raise SystemExit(f"incomplete: the GPU context was lost on {lost['problem']} by "
                          f"{lost['instance']} ({lost['message']})")
+    if stopped and stopped["reason"] == SIGTERM_REASON:
+        raise SystemExit(f"incomplete: {SIGTERM_REASON} before {stopped['next_shape']}")
+
+
+SIGTERM_REASON = "ended by SIGTERM"
+
+
+class Stopped(Exception):
+    """The run was asked to end (SIGTERM, as `timeout` sends it)."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped(SIGTERM_REASON)
 
 
 def serves(instances: list, problem: Problem) -> bool:

@@ -171,8 +171,8 @@ def test_a_lost_gpu_context_ends_the_run_with_the_shapes_measured_before_it(monk
 
     monkeypatch.setattr(vs_vendor, "GpuWorker", LosingWorker)
     monkeypatch.setattr(vs_vendor, "copy_bandwidth_gbps", lambda: 3000.0)
-    monkeypatch.setattr(vs_vendor, "shapes",
-                        lambda op, which, dtype, batch: [("first", PROBLEM), ("second", second)])
+    monkeypatch.setattr(vs_vendor, "shapes", lambda op, which, dtype, batch, networks=None:
+                        [("first", PROBLEM), ("second", second)])
     monkeypatch.setattr(sys, "argv", ["vs_vendor.py", "--ops", OP, "--batch", "1",
                                       "--no-compiled", "--out", str(tmp_path), "--name", "lost"])
     with pytest.raises(SystemExit, match=f"lost on {second.label()} by {OURS.name}"):
@@ -185,3 +185,84 @@ def test_a_lost_gpu_context_ends_the_run_with_the_shapes_measured_before_it(monk
     pairs = pd.read_parquet(tmp_path / "lost_pairs.parquet")
     assert list(pairs["shape"]) == ["first", "first", "second", "second"]
     assert list(pairs["status"]) == ["ok", "ok", "ok", "timeout"]
+
+
+def test_the_layers_of_some_networks_only():
+    from bench.vs_vendor import shapes
+
+    every = shapes(OP, "networks", "bf16", 32)
+    some = shapes(OP, "networks", "bf16", 32, ["xception"])
+    assert some and all(label.startswith("xception ") for label, _ in some)
+    assert [x for x in every if x[0].startswith("xception ")] == some
+    assert shapes(OP, "networks", "bf16", 32, []) == []
+
+
+def _short_run(monkeypatch, tmp_path, worker, *more):
+    import sys
+
+    import bench.vs_vendor as vs_vendor
+
+    second = operator_spec(OP).problem("bf16", dict(N=2, C=32, H=14, W=14, K=64, R=3, S=3,
+                                                    pad=1))
+    monkeypatch.setattr(vs_vendor, "GpuWorker", lambda: worker(second))
+    monkeypatch.setattr(vs_vendor, "copy_bandwidth_gbps", lambda: 3000.0)
+    monkeypatch.setattr(vs_vendor, "shapes", lambda op, which, dtype, batch, networks=None:
+                        [("first", PROBLEM), ("second", second)])
+    monkeypatch.setattr(sys, "argv", ["vs_vendor.py", "--ops", OP, "--batch", "1",
+                                      "--no-compiled", "--out", str(tmp_path), "--name", "short",
+                                      *more])
+    return vs_vendor
+
+
+def test_a_time_limit_starts_no_shape_after_it_and_writes_those_measured(monkeypatch, tmp_path):
+    import time
+
+    class SlowWorker:
+        fingerprint = {"gpu_name": "stand-in"}
+
+        def __init__(self, second):
+            self.asked = []
+
+        def measure_problem(self, problem, instances, policy):
+            self.asked.append(problem)
+            time.sleep(0.2)
+            yield EAGER, ok(20.0)
+            yield OURS, ok(10.0)
+
+    vs_vendor = _short_run(monkeypatch, tmp_path, SlowWorker, "--time-limit-s", "0.1")
+    vs_vendor.main()  # a time limit asked for is not a failure
+    figures = json.loads((tmp_path / "short.json").read_text())["figures"]
+    assert [e["shape"] for e in figures["shapes"]] == ["first"]
+    assert figures["stopped"] == {"reason": "time limit of 0.1 s", "next_shape": "second"}
+
+
+def test_sigterm_ends_the_run_with_the_shapes_measured_before_it(monkeypatch, tmp_path):
+    """`timeout` ends a run by SIGTERM: the whole shapes measured are written, every pair of the
+    shape it was on, and the run exits non-zero."""
+    import os
+    import signal
+
+    import pandas as pd
+
+    class EndedWorker:
+        fingerprint = {"gpu_name": "stand-in"}
+
+        def __init__(self, second):
+            self.second = second
+
+        def measure_problem(self, problem, instances, policy):
+            yield EAGER, ok(20.0)
+            if problem == self.second:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield OURS, ok(10.0)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    vs_vendor = _short_run(monkeypatch, tmp_path, EndedWorker)
+    with pytest.raises(SystemExit, match="ended by SIGTERM before second"):
+        vs_vendor.main()
+    assert signal.getsignal(signal.SIGTERM) == previous  # the run's handler is gone
+    figures = json.loads((tmp_path / "short.json").read_text())["figures"]
+    assert [e["shape"] for e in figures["shapes"]] == ["first"]
+    assert figures["stopped"]["reason"] == "ended by SIGTERM"
+    pairs = pd.read_parquet(tmp_path / "short_pairs.parquet")
+    assert list(pairs["shape"]) == ["first", "first", "second"]
