@@ -52,6 +52,15 @@ from kernels.vendor import forget_compiled, is_compiled
 POLICY = TimingPolicy(warmup=1, min_repeats=5, max_repeats=50, budget_ms=30, timeout_s=10)
 NAIVE = ("conv_naive",)  # reference-speed families, never the best
 COMPILED_BY_DEFAULT = ("dwsep_fwd",)  # the torch.compile baseline unless --no-compiled
+SIGTERM_REASON = "ended by SIGTERM"
+
+
+class Stopped(Exception):
+    """The run was asked to end (SIGTERM, as `timeout` sends it)."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped(SIGTERM_REASON)
 
 
 def network_rows(op: str, batch: int | None = None) -> list[dict]:
@@ -278,17 +287,6 @@ def main() -> None:
                          f"{lost['instance']} ({lost['message']})")
     if stopped and stopped["reason"] == SIGTERM_REASON:
         raise SystemExit(f"incomplete: {SIGTERM_REASON} before {stopped['next_shape']}")
-
-
-SIGTERM_REASON = "ended by SIGTERM"
-
-
-class Stopped(Exception):
-    """The run was asked to end (SIGTERM, as `timeout` sends it)."""
-
-
-def _stop(signum, frame) -> None:
-    raise Stopped(SIGTERM_REASON)
 
 
 def serves(instances: list, problem: Problem) -> bool:
