@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from farm import api
-from farm.choices import UnknownChoice, check_operator, check_target, parse_shape
-from farm.specs import SpecError, load_spec
-from farm.store import DatabaseError, NotFound, TimingFilter, describe, default_url, open_store
+from farm.console import DbOption, err, farm_errors, out
+from farm.choices import check_operator, check_target, parse_shape
+from farm.specs import load_spec
+from farm.store import TimingFilter, describe, default_url, open_store
 from farm.store import db as dbmod
 
 app = typer.Typer(help="A benchmarking farm for GPU kernels.", no_args_is_help=True,
@@ -25,33 +24,12 @@ db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 query_app = typer.Typer(help="Query historical results.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(query_app, name="query")
-_WIDTH = None if sys.stdout.isatty() else 160  # pipes and logs get whole rows
-out = Console(width=_WIDTH)
-err = Console(stderr=True, width=_WIDTH)
-
-
-@contextmanager
-def _errors():
-    """Turn the farm's expected failures into one clear line and an exit status."""
-    try:
-        yield
-    except (SpecError, UnknownChoice) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except (DatabaseError, NotFound) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-
-
-DbOption = Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL",
-                                                 help="Database URL (default: FARM_DB_URL, "
-                                                      "else a SQLite file in the user data dir)")]
 
 
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Apply the migrations to the database."""
-    with _errors():
+    with farm_errors():
         engine = dbmod.make_engine(db)
         dbmod.upgrade(engine)
         out.print(f"{describe(str(engine.url))} is at revision {dbmod.current_revision(engine)}")
@@ -60,7 +38,7 @@ def db_upgrade(db: DbOption = None) -> None:
 @db_app.command("current")
 def db_current(db: DbOption = None) -> None:
     """Show the database's revision and the code's."""
-    with _errors():
+    with farm_errors():
         engine = dbmod.make_engine(db)
         out.print(f"database {describe(str(engine.url))}: {dbmod.current_revision(engine)}, "
                   f"code: {dbmod.head_revision(engine)}")
@@ -71,7 +49,7 @@ def submit(spec: Annotated[Path, typer.Argument(help="Sweep spec (YAML)")],
            dry_run: Annotated[bool, typer.Option(help="Validate only, queue nothing")] = False,
            db: DbOption = None) -> None:
     """Validate a sweep spec and queue it as a job; prints the job id."""
-    with _errors():
+    with farm_errors():
         resolved = load_spec(spec)
         note = f" ({resolved.dropped} generated combinations dropped)" if resolved.dropped else ""
         if dry_run:
@@ -98,7 +76,7 @@ def _job_table(jobs) -> Table:
 def status(job: Annotated[Optional[int], typer.Argument(help="Job id (default: recent jobs)")] = None,
            db: DbOption = None) -> None:
     """Show one job or the most recent ones."""
-    with _errors():
+    with farm_errors():
         jobs = api.status(job, open_store(db))
         if not jobs:
             out.print(f"no jobs in {describe(db or default_url())}: queue one with "
@@ -112,7 +90,7 @@ def status(job: Annotated[Optional[int], typer.Argument(help="Job id (default: r
 @app.command()
 def cancel(job: Annotated[int, typer.Argument(help="Job id")], db: DbOption = None) -> None:
     """Stop a job's remaining pairs (finished pairs stay recorded)."""
-    with _errors():
+    with farm_errors():
         summary = api.cancel(job, open_store(db))
         out.print(f"job {job} is {summary.status}")
 
@@ -132,7 +110,7 @@ def compile_(op: Annotated[str, typer.Option("--op", help="Operator")],
     from kernels import UnknownFamily
     from kernels.registry import get_family
 
-    with _errors():
+    with farm_errors():
         check_operator(op)
         check_target(target)
     try:
@@ -215,14 +193,14 @@ def query_timings(
         output: Annotated[Optional[Path], typer.Option(help="Write to this file")] = None,
         db: DbOption = None) -> None:
     """Historical timings with typed filters."""
-    with _errors():
+    with farm_errors():
         if op is not None:
             check_operator(op)
         fields = parse_shape(shape, op)
     where = TimingFilter(operator=op, dtype=dtype, device=device, family=family, kernel=kernel,
                          status=None if status == "any" else status, job_id=job,
                          shape=fields, include_replay=replay, limit=limit)
-    with _errors():
+    with farm_errors():
         frame = api.timings(where, open_store(db))
     if format is Format.parquet and output is None:
         raise typer.BadParameter("parquet needs --output FILE", param_hint="--format")

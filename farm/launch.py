@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from farm.gpu.base import Device, KernelArgs
-from kernels.family import Launch, TensorMap
+from kernels.family import Instance, KernelFamily, Launch, TensorMap
 
 
 class Runnable(Protocol):
@@ -60,3 +60,13 @@ class LaunchSequence:
 
     def publish(self) -> None:
         """The kernels write the output buffer themselves."""
+
+
+def runnable_of(family: KernelFamily, instance: Instance, problem: Any, device: Device,
+                module: Any, pointers: dict[str, int]) -> Runnable:
+    """The instance's work on `problem`, ready to enqueue: the family's own (a library call) or
+    its launches resolved in `module`."""
+    own = family.runnable(instance, problem, device, module, pointers)
+    if own is not None:
+        return own
+    return LaunchSequence.build(device, module, family.launches(instance, problem), pointers)

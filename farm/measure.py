@@ -26,7 +26,7 @@ import numpy as np
 
 from farm.compile import CodeCache, compile_source
 from farm.gpu.base import Device, GpuError
-from farm.launch import Runnable, pack_args
+from farm.launch import Runnable, pack_args, runnable_of
 from farm.telemetry import Telemetry
 from farm.timing import TimingPolicy
 from kernels.family import DTYPE_CODES, Instance, KernelFamily, grid_stride_blocks
@@ -319,7 +319,7 @@ def measure(bench: ProblemBench, family: KernelFamily, instance: Instance, modul
     policy_record = policy.model_dump()
     bench.ensure_workspace(family.workspace_bytes(instance, problem))
     try:
-        runnable = family.runnable(instance, problem, device, module, bench.pointers)
+        runnable = runnable_of(family, instance, problem, device, module, bench.pointers)
         bench.poison_outputs()
         runnable.enqueue()
         runnable.publish()
@@ -346,8 +346,8 @@ def _rotation(bench: ProblemBench, family: KernelFamily, instance: Instance, mod
     if not policy.flush_l2 or policy.flush_method != "rotate":
         return [runnable]
     copies = bench.copies(policy)
-    return [runnable, *(family.runnable(instance, bench.problem, bench.device, module, pointers)
-                        for pointers in copies[1:])]
+    return [runnable, *(runnable_of(family, instance, bench.problem, bench.device, module,
+                                    pointers) for pointers in copies[1:])]
 
 
 class _LaunchQueue:

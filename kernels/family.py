@@ -113,10 +113,10 @@ class KernelFamily(abc.ABC):
 
     def runnable(self, instance: Instance, problem: Any, device: Any, module: Any,
                  pointers: dict[str, int]) -> Any:
-        """The instance's work on `problem`, ready to enqueue (farm.launch.Runnable)."""
-        from farm.launch import LaunchSequence
-
-        return LaunchSequence.build(device, module, self.launches(instance, problem), pointers)
+        """The instance's work on `problem` where it is not its launches in the compiled module
+        (a library call; farm.launch.Runnable), or None: the farm resolves the launches
+        (farm.launch.runnable_of)."""
+        return None
 
     def applicable(self, instance: Instance, problem: Any) -> str | None:
         """Why `instance` cannot serve `problem`, or None when it can."""

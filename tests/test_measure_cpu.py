@@ -12,7 +12,7 @@ from farm.measure import median_ci, summarize
 from kernels.conv.problem import ConvProblem
 from farm.worker import target_of
 from kernels import get_family, operator_spec
-from kernels.conv.operator import ConvParams, conv_params
+from kernels.conv.params import ConvParams, conv_params
 from kernels.family import Launch
 
 P = ConvProblem(op="conv2d_fwd", N=2, C=64, K=32, G=4, H=9, W=7, R=3, S=3, stride_h=2,

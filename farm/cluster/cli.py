@@ -4,22 +4,18 @@ farm/cli.py)."""
 from __future__ import annotations
 
 import signal
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from farm.cluster.config import CoordinatorConfig, QuietReporter
+from farm.console import err, farm_errors, out
 from farm.store import open_store
 from farm.store.models import utcnow
 
 SILENT_S = 60.0  # a worker row older than this belongs to a coordinator that is gone
-_WIDTH = None if sys.stdout.isatty() else 160
-out = Console(width=_WIDTH)
-err = Console(stderr=True, width=_WIDTH)
 
 RayOption = Annotated[Optional[str], typer.Option(
     "--ray-address", envvar="FARM_RAY_ADDRESS",
@@ -87,9 +83,7 @@ def run(until_idle: Annotated[bool, typer.Option(
                      retrain=retrain, retrain_every_s=retrain_every,
                      active_batch=active_batch, active_rounds=active_rounds,
                      active_shapes=str(active_shapes) if active_shapes else None)
-    from farm.cli import _errors
-
-    with _errors():
+    with farm_errors():
         store = open_store(db)
     reporter = QuietReporter() if quiet else ProgressBars(err)
     stop_on_sigterm()
@@ -119,9 +113,7 @@ def workers(all_: Annotated[bool, typer.Option("--all", help="Include stopped wo
             db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None
             ) -> None:
     """The measure processes (one per GPU): their state and what each is measuring."""
-    from farm.cli import _errors
-
-    with _errors():
+    with farm_errors():
         rows = open_store(db).workers(include_stopped=all_)
     if not rows:
         out.print("no workers: `farm run` starts one per GPU" + ("" if all_ else
@@ -150,10 +142,9 @@ def record(jobs: Annotated[list[int], typer.Argument(help="Finished job ids")],
            db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None
            ) -> None:
     """Export finished jobs' GPU measurements (with their environment) for the replay device."""
-    from farm.cli import _errors
     from farm.recording import RecordingError, export_recording, read_recording
 
-    with _errors():
+    with farm_errors():
         store = open_store(db)
     try:
         path = export_recording(store, jobs, out_path, environment, note)
@@ -170,10 +161,9 @@ def import_recording(path: Annotated[Path, typer.Argument(help="Recording (parqu
                      ) -> None:
     """Load a recording's measurements into the database under the recorded GPU's environment
     (they are that GPU's measurements, not a replay), e.g. to train selection models on them."""
-    from farm.cli import _errors
     from farm.recording import RecordingError, import_recording as load
 
-    with _errors():
+    with farm_errors():
         store = open_store(db)
     try:
         written = load(store, path)
@@ -193,14 +183,13 @@ def demo(replay: ReplayOption = None, replay_actors: ActorsOption = 2,
          db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
     """The standard convolution sweep and the group-norm networks end to end on this machine
     (GPUs, or the replay device), summarized."""
-    from farm.cli import _errors
     from farm.cluster.coordinator import NoWorkers
     from farm.cluster.demo import DEMO_SWEEP, run_demo
     from farm.cluster.progress import ProgressBars
     from farm.recording import RecordingError
 
     config = _config(ray_address, replay, replay_actors, replay_pace, arch)
-    with _errors():
+    with farm_errors():
         store = open_store(db)
         try:
             outcomes = run_demo(store, config, out, ProgressBars(err),

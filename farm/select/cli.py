@@ -3,39 +3,27 @@ by farm/cli.py through `register`)."""
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from farm.console import DbOption, err, exits_on, out
 from farm.store import DatabaseError, NotFound, open_store
 
-_WIDTH = None if sys.stdout.isatty() else 160
-out = Console(width=_WIDTH)
-err = Console(stderr=True, width=_WIDTH)
 models_app = typer.Typer(help="Trained selection models.", no_args_is_help=True)
 
-DbOption = Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL",
-                                                 help="Database URL (default: FARM_DB_URL)")]
 
-
-@contextmanager
-def _errors():
+def _errors() -> AbstractContextManager[None]:
+    """A missing model, row or file (status 1), a shape or instance it cannot choose for
+    (status 2)."""
     from farm.select.selector import SelectionError
 
-    try:
-        yield
-    except (DatabaseError, NotFound, LookupError, FileNotFoundError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-    except (SelectionError, ValueError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    return exits_on((((DatabaseError, NotFound, LookupError, FileNotFoundError), 1),
+                     ((SelectionError, ValueError), 2)))
 
 
 def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (default: all)")] = None,

@@ -21,7 +21,8 @@ import numpy as np
 
 from farm.problems import DTYPE_BYTES
 from kernels.conv.problem import ConvProblem
-from kernels.conv.operator import OPERATORS, conv_params
+from kernels.conv.operator import OPERATORS
+from kernels.conv.params import conv_params
 from kernels.family import SM_COUNT, Instance, KernelFamily, Launch
 from kernels.registry import register
 

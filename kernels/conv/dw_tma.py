@@ -18,7 +18,7 @@ import itertools
 from typing import Any
 
 from kernels.conv.igemm import _cdiv
-from kernels.conv.operator import conv_params
+from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.family import SM_COUNT, Instance, KernelFamily, Launch, TensorMap
 from kernels.registry import register

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from kernels.conv.igemm import _cdiv
-from kernels.conv.operator import conv_params
+from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma_split import taps
 from kernels.family import SM_COUNT, Instance, KernelFamily, Launch

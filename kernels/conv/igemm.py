@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernels.conv.problem import CONV_OPERATORS, ConvProblem
-from kernels.conv.operator import conv_params
+from kernels.conv.params import conv_params
 from kernels.family import Instance, KernelFamily, Launch, grid_stride_blocks
 from kernels.registry import register
 

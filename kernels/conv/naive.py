@@ -4,7 +4,8 @@ Slow by design; it is the correctness baseline and the trivial family of the far
 from __future__ import annotations
 
 from kernels.conv.problem import CONV_OPERATORS, ConvProblem
-from kernels.conv.operator import OPERATORS, conv_params
+from kernels.conv.operator import OPERATORS
+from kernels.conv.params import conv_params
 from kernels.family import Instance, KernelFamily, Launch, grid_stride_blocks
 from kernels.registry import register
 

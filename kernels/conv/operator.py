@@ -3,11 +3,11 @@ reference, the shapes a sweep generates, the selection features and the vendor c
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kernels.conv.params import conv_params
 from kernels.conv.problem import CONV_FIELDS, CONV_OPERATORS, ConvProblem
 from kernels.conv.synthetic import coverage_shapes, stage_shapes, synthetic_shapes
 from kernels.family import Launch, grid_stride_blocks
@@ -53,19 +53,6 @@ INTERACTIONS = (
     ("spatial_fill", "N * map_h * map_w / (spatial_tiles * tile_m)"),
     ("channel_fill", "C / (channel_blocks * tile_n)"),
 )
-
-
-class ConvParams(ctypes.Structure):
-    """The ConvParams struct of kernels/common.cuh, passed by value."""
-
-    _fields_ = [(name, ctypes.c_int32) for name in (
-        "N", "C", "K", "G", "H", "W", "R", "S", "P", "Q", "stride_h", "stride_w", "pad_h",
-        "pad_w", "dil_h", "dil_w", "Cg", "Kg")]
-
-
-def conv_params(p: ConvProblem) -> ConvParams:
-    return ConvParams(p.N, p.C, p.K, p.G, p.H, p.W, p.R, p.S, p.P, p.Q, p.stride_h, p.stride_w,
-                      p.pad_h, p.pad_w, p.dil_h, p.dil_w, p.c_per_group, p.k_per_group)
 
 
 def shape_expressions(operator: str) -> tuple[tuple[str, str], ...]:
@@ -183,4 +170,4 @@ class ConvOperator(OperatorSpec):
 
 
 OPERATORS = {name: register_operator(ConvOperator(name)) for name in CONV_OPERATORS}
-__all__ = ["CONV_FIELDS", "ConvOperator", "ConvParams", "OPERATORS", "conv_params"]
+__all__ = ["CONV_FIELDS", "ConvOperator", "OPERATORS"]

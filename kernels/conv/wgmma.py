@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernels.conv.igemm import VECTOR_CHANNELS, IGemmConv
-from kernels.conv.operator import conv_params
+from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.family import SM_COUNT, Instance, Launch, TensorMap, grid_stride_blocks
 from kernels.registry import register

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from kernels.conv.igemm import GRID_Z_LIMIT, _cdiv
-from kernels.conv.operator import conv_params
+from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma import (BLOCK_K, SM_COUNT, WgmmaConv, blocks_per_sm, generate_configs,
                                 shared_bytes, threads)

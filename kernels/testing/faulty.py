@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernels.conv.problem import ConvProblem
-from kernels.conv.operator import conv_params
+from kernels.conv.params import conv_params
 from kernels.family import Instance, KernelFamily, Launch, grid_stride_blocks
 from kernels.registry import register
 
