@@ -5,9 +5,12 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
+import typer
 from typer.testing import CliRunner
 
 from farm.cli import app
+from farm.console import exits_on
 from farm.store import open_store
 from kernels.registry import operator_names
 from tests.test_store import row, seed
@@ -99,3 +102,20 @@ def test_unknown_operators_and_targets_are_refused_in_one_line(sqlite_url):
     [line] = result.output.strip().splitlines()
     assert line.startswith("error: unknown target 'sm_00'; valid: ")
     assert "sm_90a" in line and "gfx90a" in line and "instances" not in line
+
+
+def test_expected_failures_exit_with_their_status_and_others_go_on(capsys):
+    class Missing(LookupError):
+        pass
+
+    failures = (((Missing,), 1), ((ValueError,), 2))
+    for raised, status in ((Missing("no such row"), 1), (ValueError("bad shape"), 2)):
+        with pytest.raises(typer.Exit) as stop, exits_on(failures):
+            raise raised
+        assert stop.value.exit_code == status
+        assert f"error: {raised}" in capsys.readouterr().err
+    with pytest.raises(KeyError), exits_on(failures):  # a LookupError, but not one listed
+        raise KeyError("unexpected")
+    with exits_on(failures):  # nothing raised: nothing printed
+        pass
+    assert capsys.readouterr().err == ""
