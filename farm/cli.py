@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from farm import api
-from farm.console import DbOption, err, farm_errors, out
 from farm.choices import check_operator, check_target, parse_shape
+from farm.console import DbOption, err, farm_errors, out
 from farm.specs import load_spec
 from farm.store import TimingFilter, describe, default_url, open_store
 from farm.store import db as dbmod

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from farm.cluster.config import CoordinatorConfig, QuietReporter
-from farm.console import err, farm_errors, out
+from farm.console import DbOption, err, farm_errors, out
 from farm.store import open_store
 from farm.store.models import utcnow
 
@@ -71,7 +71,7 @@ def run(until_idle: Annotated[bool, typer.Option(
             help="Choose the active-sampling shapes of this spec's operator and dtype from "
                  "the spec's problems (else from generated shapes)")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress bars")] = False,
-        db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
+        db: DbOption = None) -> None:
     """The coordinator: measure queued jobs on every GPU of the Ray cluster (or replay)."""
     from farm.cluster.coordinator import Coordinator, NoWorkers
     from farm.cluster.progress import ProgressBars
@@ -110,7 +110,7 @@ def run(until_idle: Annotated[bool, typer.Option(
 
 
 def workers(all_: Annotated[bool, typer.Option("--all", help="Include stopped workers")] = False,
-            db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None
+            db: DbOption = None
             ) -> None:
     """The measure processes (one per GPU): their state and what each is measuring."""
     with farm_errors():
@@ -139,7 +139,7 @@ def record(jobs: Annotated[list[int], typer.Argument(help="Finished job ids")],
            environment: Annotated[Optional[str], typer.Option(
                help="Environment fingerprint, where the jobs ran in several")] = None,
            note: Annotated[str, typer.Option(help="A line saying what was recorded")] = "",
-           db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None
+           db: DbOption = None
            ) -> None:
     """Export finished jobs' GPU measurements (with their environment) for the replay device."""
     from farm.recording import RecordingError, export_recording, read_recording
@@ -157,7 +157,7 @@ def record(jobs: Annotated[list[int], typer.Argument(help="Finished job ids")],
 
 
 def import_recording(path: Annotated[Path, typer.Argument(help="Recording (parquet) to load")],
-                     db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None
+                     db: DbOption = None
                      ) -> None:
     """Load a recording's measurements into the database under the recorded GPU's environment
     (they are that GPU's measurements, not a replay), e.g. to train selection models on them."""
@@ -180,7 +180,7 @@ def demo(replay: ReplayOption = None, replay_actors: ActorsOption = 2,
              "--spec", help="Run these specs instead of the demo sweep")] = [],
          rows: Annotated[int, typer.Option(help="Shapes shown per job")] = 12,
          ray_address: RayOption = None,
-         db: Annotated[Optional[str], typer.Option("--db", envvar="FARM_DB_URL")] = None) -> None:
+         db: DbOption = None) -> None:
     """The standard convolution sweep and the group-norm networks end to end on this machine
     (GPUs, or the replay device), summarized."""
     from farm.cluster.coordinator import NoWorkers
