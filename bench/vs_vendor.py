@@ -19,7 +19,7 @@ the recorded GPU by the farm's default policy; it is written as vs_vendor_networ
 geometric means per operator, per network and per shape class.
 Usage: python -m bench.vs_vendor [--shapes anchors|networks|all] [--ops ...] [--batch 32 ...]
                                  [--compiled | --no-compiled] [--families ...] [--networks ...]
-                                 [--time-limit-s S]
+                                 [--shapes-of FAMILY ...] [--time-limit-s S]
        python -m bench.vs_vendor --ops groupnorm_bwd --shapes networks --batch 8 32
        python -m bench.vs_vendor --recording jobs/recordings/h100-standard.parquet [--out DIR]
 """
@@ -197,6 +197,9 @@ def main() -> None:
     parser.add_argument("--families", nargs="*", default=None,
                         help="measure only these families of ours (the vendor's always), on the "
                              "shapes some instance of theirs serves")
+    parser.add_argument("--shapes-of", nargs="*", default=None, metavar="FAMILY",
+                        help="only the shapes some instance of these families serves (with "
+                             "--families: the others measured beside them there)")
     parser.add_argument("--networks", nargs="*", default=None,
                         help="the layers of these networks only (the tables' file names, e.g. "
                              "xception)")
@@ -222,6 +225,8 @@ def main() -> None:
                      if f.name not in NAIVE and (args.families is None or f.name == VENDOR.name
                                                  or f.name in args.families)
                      for i in f.instances(op, args.dtype)]
+        chosen = ([i for f in families_for(op) if f.name in args.shapes_of
+                   for i in f.instances(op, args.dtype)] if args.shapes_of else instances)
         with_compiled = op in COMPILED_BY_DEFAULT if args.compiled is None else args.compiled
         if with_compiled and instances and instances[0].family == VENDOR.name:
             instances.insert(1, VENDOR.compiled_instance(op, args.dtype))  # after the vendor's
@@ -229,7 +234,8 @@ def main() -> None:
             if lost or stopped:
                 break
             for label, problem in shapes(op, args.shapes, args.dtype, batch, args.networks):
-                if problem in seen or (args.families and not serves(instances, problem)):
+                if problem in seen or ((args.families or args.shapes_of)
+                                       and not serves(chosen, problem)):
                     continue
                 if args.time_limit_s is not None and \
                         time.perf_counter() - start > args.time_limit_s:

@@ -115,10 +115,27 @@ def _dw_tma_key(family: Any, instances: Sequence[Instance], operator: str) -> Ru
     return key
 
 
+def _stem_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_stem: the input channels a group it may be compiled for (and enough output
+    channels), dy's channels against its 16-byte loads, whether the group's filter fits shared
+    memory, and the groups' grid."""
+    from kernels.conv.stem import (GRID_Z_LIMIT, NARROWEST_OUT, SHARED_LIMIT, WIDEST,
+                                   filter_bytes)
+
+    def key(p: Any) -> Hashable:
+        if p.c_per_group > WIDEST or p.k_per_group < NARROWEST_OUT:
+            return None
+        vec = family.vector_channels(p.dtype)
+        return (p.c_per_group, p.K % vec == 0 and p.k_per_group % vec == 0,
+                filter_bytes(p) <= SHARED_LIMIT, p.G <= GRID_Z_LIMIT)
+    return key
+
+
 # family name -> its key's maker (family, the catalogue's instances of it, operator)
 KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_igemm": _gemm_key, "conv_wgmma": _gemm_key, "conv_wgmma_split": _wgmma_split_key,
     "conv_direct": _direct_key, "conv_grouped_mma": _grouped_mma_key,
     "conv_grouped_mma_bwd_weight": _grouped_mma_key, "conv_dw_tma": _dw_tma_key,
     "conv_dw_tma_bwd_weight": _dw_tma_key, "conv_dw_tc_bwd_weight": _dw_tma_key,
+    "conv_stem": _stem_key,
 }

@@ -1,0 +1,92 @@
+"""conv_stem without a GPU: its configurations, the compiled case and rules, the launch's
+geometry and shared memory, its rule key, and its code objects compiled with NVRTC. The GPU
+check is tests/test_stem_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels.conv.problem import ConvProblem
+from kernels.conv.stem import BLOCKS_PER_SM, FAMILY, SHARED_LIMIT, filter_bytes
+from kernels.family import SM_COUNT
+
+
+def stem(dtype="bf16", **shape):
+    base = dict(N=32, C=3, K=64, G=1, H=224, W=224, R=7, S=7, stride_h=2, stride_w=2,
+                pad_h=3, pad_w=3)
+    return ConvProblem(op="conv2d_bwd_data", dtype=dtype, **{**base, **shape})
+
+
+def test_configurations_cover_one_to_four_input_channels_for_backward_data_only():
+    instances = FAMILY.instances("conv2d_bwd_data", "bf16")
+    assert {i.settings["cg"] for i in instances} == {1, 2, 3, 4}
+    assert len(instances) == 144 and len(FAMILY.instances("conv2d_bwd_data", "fp32")) == 144
+    assert FAMILY.instances("conv2d_fwd", "bf16") == []
+    assert FAMILY.compiled_case(stem()) == {"cg": 3}
+
+
+def test_rules():
+    served = [i for i in FAMILY.instances("conv2d_bwd_data", "bf16")
+              if FAMILY.applicable(i, stem()) is None]
+    assert {i.settings["cg"] for i in served} == {3} and len(served) == 36
+    other = FAMILY.instances("conv2d_bwd_data", "bf16")[0]  # cg 1
+    assert "compiled for C/G=1" in FAMILY.applicable(other, stem())
+    wide = stem(C=8, K=64)
+    assert all("C/G up to 4" in FAMILY.applicable(i, wide)
+               for i in FAMILY.instances("conv2d_bwd_data", "bf16"))
+    vector = next(i for i in served if i.settings["vector"])
+    assert "multiples of 8" in FAMILY.applicable(vector, stem(K=60))
+    vector32 = next(i for i in FAMILY.instances("conv2d_bwd_data", "fp32")
+                    if i.settings == vector.settings)
+    assert FAMILY.applicable(vector32, stem(K=60, dtype="fp32")) is None  # 4 channels a load
+    scalar = next(i for i in served if not i.settings["vector"])
+    assert FAMILY.applicable(scalar, stem(K=60)) is None
+    big = stem(K=256, R=11, S=11, pad_h=5, pad_w=5)
+    assert filter_bytes(big) > SHARED_LIMIT and "shared memory" in FAMILY.applicable(scalar, big)
+    fwd = ConvProblem(op="conv2d_fwd", dtype="bf16", N=1, C=3, K=8, G=1, H=8, W=8, R=3, S=3)
+    assert "problem is conv2d_fwd" in FAMILY.applicable(scalar, fwd)
+
+
+def test_launch_geometry_classes_groups_and_the_filter_in_shared_memory():
+    p = stem(N=1)
+    inst = next(i for i in FAMILY.instances("conv2d_bwd_data", "bf16")
+                if FAMILY.applicable(i, p) is None and i.settings["pix"] == 2
+                and i.settings["block"] == 256 and i.settings["lanes"] == 4)
+    [launch] = FAMILY.launches(inst, p)
+    assert launch.entry == "stem_bwd_data" and launch.args[:3] == ("dy", "w", "dx")
+    items = 1 * 56 * 112  # the largest class: 112 rows in groups of 2, 112 columns
+    assert launch.grid == (min(-(-items // 64), -(-SM_COUNT * BLOCKS_PER_SM // 4)), 4, 1)
+    assert launch.block == (256, 1, 1)
+    assert launch.shared_bytes == 4 * 7 * 7 * 64 * 3
+    grouped = stem(C=8, K=32, G=4, stride_h=4, stride_w=4, R=4, S=4, pad_h=0, pad_w=0)
+    inst2 = next(i for i in FAMILY.instances("conv2d_bwd_data", "bf16")
+                 if FAMILY.applicable(i, grouped) is None)
+    assert FAMILY.launches(inst2, grouped)[0].grid[1:] == (16, 4)
+
+
+def test_rule_key_separates_what_the_rules_read():
+    from kernels.conv.rulekeys import KEYS
+
+    key = KEYS["conv_stem"](FAMILY, FAMILY.instances("conv2d_bwd_data", "bf16"),
+                            "conv2d_bwd_data")
+    assert key(stem()) == key(stem(N=8, H=192, W=192))
+    assert key(stem()) != key(stem(K=60)) != key(stem(C=4))
+    assert key(stem(C=16)) is None
+
+
+def test_code_objects_compile_with_nvrtc():
+    cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)
+    compiler = cuda.NvrtcCompiler()
+    for dtype in ("bf16", "fp32"):
+        for inst in FAMILY.instances("conv2d_bwd_data", dtype)[::7]:
+            result = compiler.compile(FAMILY.source(), defines=FAMILY.defines(inst),
+                                      target="sm_80", timeout_s=300)
+            assert result.ok, result.log[-1500:]
+
+
+def test_leaves_narrow_output_groups_to_the_depthwise_and_grouped_families():
+    for shape in (dict(C=32, K=32, G=32), dict(C=128, K=128, G=32), dict(C=12, K=12, G=4)):
+        p = stem(**shape)
+        assert all(FAMILY.applicable(i, p) for i in FAMILY.instances("conv2d_bwd_data", "bf16"))
+    assert any(FAMILY.applicable(i, stem(C=12, K=32, G=4)) is None
+               for i in FAMILY.instances("conv2d_bwd_data", "bf16"))
