@@ -1,4 +1,4 @@
-"""conv_stem without a GPU: its configurations, the compiled case and rules, the launch's
+"""conv_stem without a GPU: its configurations, the compiled case and rules, the launches'
 geometry and shared memory, its rule key, and its code objects compiled with NVRTC. The GPU
 check is tests/test_stem_gpu.py."""
 
@@ -11,17 +11,19 @@ from kernels.conv.stem import BLOCKS_PER_SM, FAMILY, SHARED_LIMIT, filter_bytes
 from kernels.family import SM_COUNT
 
 
-def stem(dtype="bf16", **shape):
+def stem(dtype="bf16", op="conv2d_bwd_data", **shape):
     base = dict(N=32, C=3, K=64, G=1, H=224, W=224, R=7, S=7, stride_h=2, stride_w=2,
                 pad_h=3, pad_w=3)
-    return ConvProblem(op="conv2d_bwd_data", dtype=dtype, **{**base, **shape})
+    return ConvProblem(op=op, dtype=dtype, **{**base, **shape})
 
 
-def test_configurations_cover_one_to_four_input_channels_for_backward_data_only():
+def test_configurations_cover_one_to_four_input_channels_forward_and_backward_data():
     instances = FAMILY.instances("conv2d_bwd_data", "bf16")
     assert {i.settings["cg"] for i in instances} == {1, 2, 3, 4}
     assert len(instances) == 144 and len(FAMILY.instances("conv2d_bwd_data", "fp32")) == 144
-    assert FAMILY.instances("conv2d_fwd", "bf16") == []
+    forward = FAMILY.instances("conv2d_fwd", "bf16")
+    assert len(forward) == 48 and {i.settings["kt"] for i in forward} == {8, 16, 32}
+    assert FAMILY.instances("conv2d_bwd_weight", "bf16") == []
     assert FAMILY.compiled_case(stem()) == {"cg": 3}
 
 
@@ -42,9 +44,29 @@ def test_rules():
     scalar = next(i for i in served if not i.settings["vector"])
     assert FAMILY.applicable(scalar, stem(K=60)) is None
     big = stem(K=256, R=11, S=11, pad_h=5, pad_w=5)
-    assert filter_bytes(big) > SHARED_LIMIT and "shared memory" in FAMILY.applicable(scalar, big)
+    assert filter_bytes(scalar.settings, big) > SHARED_LIMIT
+    assert "shared memory" in FAMILY.applicable(scalar, big)
     fwd = ConvProblem(op="conv2d_fwd", dtype="bf16", N=1, C=3, K=8, G=1, H=8, W=8, R=3, S=3)
     assert "problem is conv2d_fwd" in FAMILY.applicable(scalar, fwd)
+
+
+def test_forward_rules_and_launch():
+    p = stem(op="conv2d_fwd", K=40)
+    served = [i for i in FAMILY.instances("conv2d_fwd", "bf16") if FAMILY.applicable(i, p) is None]
+    assert {(i.settings["kt"], i.settings["vector"]) for i in served} == {
+        (kt, v) for kt in (8, 16, 32) for v in (0, 1)}
+    vector = next(i for i in served if i.settings["vector"] and i.settings["kt"] == 16)
+    assert "vector=1 stores 8 channels" in FAMILY.applicable(vector, stem(op="conv2d_fwd", K=36))
+    [launch] = FAMILY.launches(vector, p)
+    assert launch.entry == "stem_fwd" and launch.args[:3] == ("x", "w", "y")
+    pixels = 32 * 112 * 112
+    assert launch.grid == (min(-(-pixels // vector.settings["block"]),
+                               -(-SM_COUNT * BLOCKS_PER_SM // 3)), 3, 1)  # 40 channels by 16
+    assert launch.shared_bytes == 4 * 7 * 7 * 3 * 16
+    wide = stem(op="conv2d_fwd", R=11, S=11, pad_h=5, pad_w=5, C=4)
+    by_kt = {i.settings["kt"]: FAMILY.applicable(i, wide)
+             for i in FAMILY.instances("conv2d_fwd", "bf16") if i.settings["cg"] == 4}
+    assert by_kt[8] is None and "shared memory" in by_kt[32]  # 11 x 11 x 4 x 32 floats
 
 
 def test_launch_geometry_classes_groups_and_the_filter_in_shared_memory():
@@ -72,13 +94,17 @@ def test_rule_key_separates_what_the_rules_read():
     assert key(stem()) == key(stem(N=8, H=192, W=192))
     assert key(stem()) != key(stem(K=60)) != key(stem(C=4))
     assert key(stem(C=16)) is None
+    forward = KEYS["conv_stem"](FAMILY, FAMILY.instances("conv2d_fwd", "bf16"), "conv2d_fwd")
+    p = stem(op="conv2d_fwd", R=11, S=11, pad_h=5, pad_w=5, C=4)
+    assert forward(p) != forward(stem(op="conv2d_fwd", C=4))  # kt 32's filter no longer fits
 
 
 def test_code_objects_compile_with_nvrtc():
     cuda = pytest.importorskip("farm.gpu.cuda", exc_type=ImportError)
     compiler = cuda.NvrtcCompiler()
     for dtype in ("bf16", "fp32"):
-        for inst in FAMILY.instances("conv2d_bwd_data", dtype)[::7]:
+        for inst in (FAMILY.instances("conv2d_bwd_data", dtype)[::7]
+                     + FAMILY.instances("conv2d_fwd", dtype)[::5]):
             result = compiler.compile(FAMILY.source(), defines=FAMILY.defines(inst),
                                       target="sm_80", timeout_s=300)
             assert result.ok, result.log[-1500:]

@@ -1,5 +1,5 @@
-"""conv_stem on the GPU: every instance against the reference on edge shapes of backward-data
-with 1 to 4 input channels a group (skipped where there is no GPU)."""
+"""conv_stem on the GPU: every instance against the reference on edge shapes of forward and
+backward-data with 1 to 4 input channels a group (skipped where there is no GPU)."""
 
 import pytest
 
@@ -38,7 +38,8 @@ def worker():
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
-def test_every_stem_instance_is_right(worker, dtype):
-    problems = [ConvProblem(op="conv2d_bwd_data", dtype=dtype, **shape) for shape in EDGES]
-    failures = verify_on_edges(worker, "conv2d_bwd_data", dtype, ["conv_stem"], problems)
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data"])
+def test_every_stem_instance_is_right(worker, op, dtype):
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in EDGES]
+    failures = verify_on_edges(worker, op, dtype, ["conv_stem"], problems)
     assert not failures, "\n".join(failures[:40])

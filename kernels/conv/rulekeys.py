@@ -117,17 +117,21 @@ def _dw_tma_key(family: Any, instances: Sequence[Instance], operator: str) -> Ru
 
 def _stem_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_stem: the input channels a group it may be compiled for (and enough output
-    channels), dy's channels against its 16-byte loads, whether the group's filter fits shared
-    memory, and the groups' grid."""
-    from kernels.conv.stem import (GRID_Z_LIMIT, NARROWEST_OUT, SHARED_LIMIT, WIDEST,
-                                   filter_bytes)
+    channels), the channels against its 16-byte loads or stores, whether each configuration's
+    filter values fit shared memory, and the grid's y and z."""
+    from kernels.conv.stem import GRID_LIMIT, NARROWEST_OUT, SHARED_LIMIT, WIDEST, filter_bytes
+
+    kinds = list({c.get("kt"): c for c in (i.settings for i in instances)}.values())
 
     def key(p: Any) -> Hashable:
         if p.c_per_group > WIDEST or p.k_per_group < NARROWEST_OUT:
             return None
         vec = family.vector_channels(p.dtype)
+        y = [-(-p.k_per_group // c["kt"]) if "kt" in c else p.stride_h * p.stride_w
+             for c in kinds]
         return (p.c_per_group, p.K % vec == 0 and p.k_per_group % vec == 0,
-                filter_bytes(p) <= SHARED_LIMIT, p.G <= GRID_Z_LIMIT)
+                tuple(filter_bytes(c, p) <= SHARED_LIMIT and max(rows, p.G) <= GRID_LIMIT
+                      for c, rows in zip(kinds, y)))
     return key
 
 

@@ -1,7 +1,15 @@
-// conv_stem: backward-data of convolutions with few input channels a group (C/G = CG, 1 to 4:
-// the stems of image networks, RGB in, tens of channels out), any filter, stride, padding and
-// dilation, on the CUDA cores (fp32 accumulation), for NVIDIA and AMD alike.
+// conv_stem: forward and backward-data of convolutions with few input channels a group (C/G =
+// CG, 1 to 4: the stems of image networks, RGB in, tens of channels out), any filter, stride,
+// padding and dilation, on the CUDA cores (fp32 accumulation), for NVIDIA and AMD alike.
 //
+// stem_fwd: thread = an output pixel and KT of its group's output channels (grid y: the
+// channel slices, z: the groups); a warp's threads hold consecutive pixels of one slice, whose
+// filter values ([R x S x CG][KT] floats in shared memory) every thread reads at the same
+// address. Per tap a thread reads its pixel's CG input channels and adds them times the tap's
+// KT x CG values to its KT sums, which it writes 16 bytes at a time with VECTOR. Blocks walk
+// the N x P x Q pixels grid-stride.
+//
+// stem_bwd_data:
 // dx[n, h, w, g, c] = sum over k, r, s of dy[n, oh, ow, g, k] w[g, k, r, s, c] where
 // h + pad_h - r dil_h = oh stride_h (and the same along w). The input pixels fall into
 // stride_h x stride_w classes by (h mod stride_h, w mod stride_w); a class's pixels receive
@@ -18,8 +26,9 @@
 // pieces the L1 must keep until the thread comes back for them). Blocks walk the class's
 // (n, row group, column) items grid-stride, BLOCK / LANES consecutive items at a time.
 //
-// Dynamic shared memory: R x S x K/G x CG floats (conv/stem.py keeps it to 48 KB). Macros: CG
-// (1 to 4), PIX (1, 2 or 4), VECTOR (0 or 1), LANES (1, 2, 4 or 8), BLOCK (threads).
+// Dynamic shared memory: stem_fwd R x S x CG x KT floats, stem_bwd_data R x S x K/G x CG
+// (conv/stem.py keeps them to 48 KB). Macros: CG (1 to 4), BLOCK (threads), VECTOR (0 or 1),
+// KT (8, 16 or 32; stem_fwd), PIX (1, 2 or 4) and LANES (1, 4 or 8; stem_bwd_data).
 #include "../common.cuh"
 
 #ifndef CG
@@ -36,6 +45,9 @@
 #endif
 #ifndef BLOCK
 #define BLOCK 256
+#endif
+#ifndef KT
+#define KT 16
 #endif
 #define VEC (VECTOR ? 16 / (int)sizeof(elem_t) : 1)  // dy's channels a load
 #define SLOTS (BLOCK / LANES)                        // a block's pixels at a time
@@ -69,6 +81,13 @@ __device__ __forceinline__ float lanes_sum(float v) {
 #endif
   return v;
 }
+
+#if FARM_DTYPE != 0
+// Two outputs as one 32-bit word of 16-bit values (the first in the low half).
+__device__ __forceinline__ u32 pack2(float a, float b) {
+  return (u32)from_float(a) | ((u32)from_float(b) << 16);
+}
+#endif
 
 // Whether t is a multiple of s (t may be negative).
 __device__ __forceinline__ bool divides(int t, int s) { return t % s == 0; }
@@ -151,5 +170,61 @@ stem_bwd_data(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
         for (int c = 0; c < CG; ++c) out[c] = from_float(acc[q][c]);
       }
     }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+stem_fwd(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __restrict__ y,
+         ConvParams p) {
+  extern __shared__ float ws[];  // [R x S][CG][KT]: output channels k0 .. k0 + KT - 1 of group g
+  const int g = blockIdx.z, k0 = blockIdx.y * KT, taps = p.R * p.S;
+  for (int e = threadIdx.x; e < taps * CG * KT; e += BLOCK) {
+    const int kk = e % KT, c = (e / KT) % CG, t = e / (KT * CG);
+    ws[e] = k0 + kk < p.Kg ? to_float(w[((long)(g * p.Kg + k0 + kk) * taps + t) * p.Cg + c])
+                           : 0.0f;
+  }
+  __syncthreads();
+  const long pixels = (long)p.N * p.P * p.Q;
+  for (long pix = (long)blockIdx.x * BLOCK + threadIdx.x; pix < pixels;
+       pix += (long)gridDim.x * BLOCK) {
+    const int ow = (int)(pix % p.Q), oh = (int)(pix / p.Q % p.P), n = (int)(pix / p.Q / p.P);
+    float acc[KT];
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) acc[kk] = 0.0f;
+    for (int r = 0; r < p.R; ++r) {
+      const int ih = oh * p.stride_h - p.pad_h + r * p.dil_h;
+      if ((unsigned)ih >= (unsigned)p.H) continue;
+      for (int s = 0; s < p.S; ++s) {
+        const int iw = ow * p.stride_w - p.pad_w + s * p.dil_w;
+        if ((unsigned)iw >= (unsigned)p.W) continue;
+        const elem_t* in = x + (((long)n * p.H + ih) * p.W + iw) * p.C + g * p.Cg;
+        const float* wt = ws + (r * p.S + s) * CG * KT;
+#pragma unroll
+        for (int c = 0; c < CG; ++c) {
+          const float v = to_float(in[c]);
+#pragma unroll
+          for (int kk = 0; kk < KT; kk += 4) {
+            const float4 w4 = *reinterpret_cast<const float4*>(wt + c * KT + kk);
+            acc[kk] = fmaf(v, w4.x, acc[kk]);
+            acc[kk + 1] = fmaf(v, w4.y, acc[kk + 1]);
+            acc[kk + 2] = fmaf(v, w4.z, acc[kk + 2]);
+            acc[kk + 3] = fmaf(v, w4.w, acc[kk + 3]);
+          }
+        }
+      }
+    }
+    elem_t* out = y + pix * p.K + g * p.Kg + k0;
+#if VECTOR && FARM_DTYPE != 0
+#pragma unroll
+    for (int kk = 0; kk < KT; kk += 8)  // conv/stem.py: K/G and K multiples of 8
+      if (k0 + kk < p.Kg)
+        *reinterpret_cast<uint4*>(out + kk) =
+            make_uint4(pack2(acc[kk], acc[kk + 1]), pack2(acc[kk + 2], acc[kk + 3]),
+                       pack2(acc[kk + 4], acc[kk + 5]), pack2(acc[kk + 6], acc[kk + 7]));
+#else
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk)
+      if (k0 + kk < p.Kg) out[kk] = from_float(acc[kk]);
+#endif
   }
 }
