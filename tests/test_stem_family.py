@@ -20,7 +20,8 @@ def stem(dtype="bf16", op="conv2d_bwd_data", **shape):
 def test_configurations_cover_one_to_four_input_channels_forward_and_backward_data():
     instances = FAMILY.instances("conv2d_bwd_data", "bf16")
     assert {i.settings["cg"] for i in instances} == {1, 2, 3, 4}
-    assert len(instances) == 144 and len(FAMILY.instances("conv2d_bwd_data", "fp32")) == 144
+    assert len(instances) == 176 and len(FAMILY.instances("conv2d_bwd_data", "fp32")) == 176
+    assert {i.settings["patch"] for i in instances} == {0, 2, 4}
     forward = FAMILY.instances("conv2d_fwd", "bf16")
     assert len(forward) == 48 and {i.settings["kt"] for i in forward} == {8, 16, 32}
     assert FAMILY.instances("conv2d_bwd_weight", "bf16") == []
@@ -30,7 +31,7 @@ def test_configurations_cover_one_to_four_input_channels_forward_and_backward_da
 def test_rules():
     served = [i for i in FAMILY.instances("conv2d_bwd_data", "bf16")
               if FAMILY.applicable(i, stem()) is None]
-    assert {i.settings["cg"] for i in served} == {3} and len(served) == 36
+    assert {i.settings["cg"] for i in served} == {3} and len(served) == 36  # no patch stem
     other = FAMILY.instances("conv2d_bwd_data", "bf16")[0]  # cg 1
     assert "compiled for C/G=1" in FAMILY.applicable(other, stem())
     wide = stem(C=8, K=64)
@@ -116,3 +117,20 @@ def test_leaves_narrow_output_groups_to_the_depthwise_and_grouped_families():
         assert all(FAMILY.applicable(i, p) for i in FAMILY.instances("conv2d_bwd_data", "bf16"))
     assert any(FAMILY.applicable(i, stem(C=12, K=32, G=4)) is None
                for i in FAMILY.instances("conv2d_bwd_data", "bf16"))
+
+
+def test_the_patch_kernel_serves_patch_stems_only():
+    p = stem(R=4, S=4, stride_h=4, stride_w=4, pad_h=0, pad_w=0, K=96)
+    patch4 = [i for i in FAMILY.instances("conv2d_bwd_data", "bf16")
+              if i.settings["patch"] == 4 and i.settings["cg"] == 3]
+    assert all(FAMILY.applicable(i, p) is None for i in patch4)
+    [launch] = FAMILY.launches(patch4[0], p)
+    assert launch.entry == "stem_bwd_data_patches" and launch.grid[1:] == (1, 1)
+    assert launch.shared_bytes == 4 * 96 * 4 * 4 * 3
+    for other in (dict(H=222, W=222), dict(pad_h=1, pad_w=1, H=222, W=222), dict(stride_h=2),
+                  dict(R=3, S=3)):
+        q = stem(**{**dict(R=4, S=4, stride_h=4, stride_w=4, pad_h=0, pad_w=0), **other})
+        assert all("patch=4 serves" in FAMILY.applicable(i, q) for i in patch4)
+    patch2 = next(i for i in FAMILY.instances("conv2d_bwd_data", "bf16")
+                  if i.settings["patch"] == 2 and i.settings["cg"] == 3)
+    assert "patch=2 serves" in FAMILY.applicable(patch2, p)

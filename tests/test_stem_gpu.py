@@ -28,6 +28,10 @@ EDGES = [
     dict(N=2, C=4, K=16, G=2, H=11, W=8, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
     dict(N=1, C=3, K=8, G=1, H=3, W=5, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
     dict(N=1, C=3, K=64, G=1, H=224, W=224, R=7, S=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3),
+    # patch stems (backward-data's patch kernel): 2x2 and 4x4, groups, K not a multiple of 8
+    dict(N=2, C=4, K=32, G=1, H=10, W=12, R=2, S=2, stride_h=2, stride_w=2),
+    dict(N=2, C=4, K=16, G=2, H=8, W=12, R=4, S=4, stride_h=4, stride_w=4),
+    dict(N=1, C=3, K=20, G=1, H=8, W=16, R=4, S=4, stride_h=4, stride_w=4),
 ]
 
 

@@ -118,8 +118,9 @@ def _dw_tma_key(family: Any, instances: Sequence[Instance], operator: str) -> Ru
 def _stem_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_stem: the input channels a group it may be compiled for (and enough output
     channels), the channels against its 16-byte loads or stores, whether each configuration's
-    filter values fit shared memory, and the grid's y and z."""
-    from kernels.conv.stem import GRID_LIMIT, NARROWEST_OUT, SHARED_LIMIT, WIDEST, filter_bytes
+    filter values fit shared memory, the grid's y and z, and the patch stems."""
+    from kernels.conv.stem import (GRID_LIMIT, NARROWEST_OUT, SHARED_LIMIT, WIDEST, filter_bytes,
+                                   is_patch_stem)
 
     kinds = list({c.get("kt"): c for c in (i.settings for i in instances)}.values())
 
@@ -131,7 +132,8 @@ def _stem_key(family: Any, instances: Sequence[Instance], operator: str) -> Rule
              for c in kinds]
         return (p.c_per_group, p.K % vec == 0 and p.k_per_group % vec == 0,
                 tuple(filter_bytes(c, p) <= SHARED_LIMIT and max(rows, p.G) <= GRID_LIMIT
-                      for c, rows in zip(kinds, y)))
+                      for c, rows in zip(kinds, y)),
+                is_patch_stem(p, 2), is_patch_stem(p, 4))
     return key
 
 

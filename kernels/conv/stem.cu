@@ -26,9 +26,17 @@
 // pieces the L1 must keep until the thread comes back for them). Blocks walk the class's
 // (n, row group, column) items grid-stride, BLOCK / LANES consecutive items at a time.
 //
-// Dynamic shared memory: stem_fwd R x S x CG x KT floats, stem_bwd_data R x S x K/G x CG
-// (conv/stem.py keeps them to 48 KB). Macros: CG (1 to 4), BLOCK (threads), VECTOR (0 or 1),
-// KT (8, 16 or 32; stem_fwd), PIX (1, 2 or 4) and LANES (1, 4 or 8; stem_bwd_data).
+// stem_bwd_data_patches: backward-data of the patch stems (R = S = stride = PATCH, no padding
+// or dilation, H and W multiples of PATCH), whose output pixels each own a PATCH x PATCH block
+// of input pixels that no other reaches: a thread takes one output pixel and writes its block,
+// dy's K/G channels times the group's filter ([K/G][PATCH x PATCH x CG] floats in shared
+// memory, read at one address by the whole warp). Each dy row is read once, where the
+// residue classes of stem_bwd_data read it once per class.
+//
+// Dynamic shared memory: stem_fwd R x S x CG x KT floats, stem_bwd_data and
+// stem_bwd_data_patches R x S x K/G x CG (conv/stem.py keeps them to 48 KB). Macros: CG (1 to 4), BLOCK (threads), VECTOR (0 or 1),
+// KT (8, 16 or 32; stem_fwd), PIX (1, 2 or 4) and LANES (1, 4 or 8; stem_bwd_data), PATCH (2
+// or 4; stem_bwd_data_patches).
 #include "../common.cuh"
 
 #ifndef CG
@@ -48,6 +56,9 @@
 #endif
 #ifndef KT
 #define KT 16
+#endif
+#ifndef PATCH
+#define PATCH 0  // stem_bwd_data_patches only where it is 2 or 4
 #endif
 #define VEC (VECTOR ? 16 / (int)sizeof(elem_t) : 1)  // dy's channels a load
 #define SLOTS (BLOCK / LANES)                        // a block's pixels at a time
@@ -228,3 +239,53 @@ stem_fwd(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __r
 #endif
   }
 }
+
+#if PATCH > 0
+extern "C" __global__ void __launch_bounds__(BLOCK)
+stem_bwd_data_patches(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
+                      elem_t* __restrict__ dx, ConvParams p) {
+  constexpr int OUT = PATCH * PATCH * CG;  // a patch's values: (r, s, c), c fastest
+  extern __shared__ float ws[];            // [K/G][OUT] of group g
+  const int g = blockIdx.z;
+  for (int e = threadIdx.x; e < p.Kg * OUT; e += BLOCK) {
+    const int k = e / OUT, rsc = e % OUT;  // w[g, k, r, s, c] is [k][rsc] already
+    ws[e] = to_float(w[(long)(g * p.Kg + k) * OUT + rsc]);
+  }
+  __syncthreads();
+  const long pixels = (long)p.N * p.P * p.Q;
+  for (long pix = (long)blockIdx.x * BLOCK + threadIdx.x; pix < pixels;
+       pix += (long)gridDim.x * BLOCK) {
+    const int ow = (int)(pix % p.Q), oh = (int)(pix / p.Q % p.P), n = (int)(pix / p.Q / p.P);
+    float acc[OUT];
+#pragma unroll
+    for (int o = 0; o < OUT; ++o) acc[o] = 0.0f;
+    const elem_t* row = dy + pix * p.K + g * p.Kg;
+#pragma unroll 1
+    for (int k = 0; k < p.Kg; k += VEC) {
+      float f[VEC];
+      load_channels(row + k, f);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        // OUT is a multiple of 4 (PATCH is 2 or 4): the filter's values 16 bytes at a time
+        const float4* wk = reinterpret_cast<const float4*>(ws + (k + e) * OUT);
+#pragma unroll
+        for (int o = 0; o < OUT / 4; ++o) {
+          const float4 v = wk[o];
+          acc[4 * o] = fmaf(f[e], v.x, acc[4 * o]);
+          acc[4 * o + 1] = fmaf(f[e], v.y, acc[4 * o + 1]);
+          acc[4 * o + 2] = fmaf(f[e], v.z, acc[4 * o + 2]);
+          acc[4 * o + 3] = fmaf(f[e], v.w, acc[4 * o + 3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < PATCH; ++r) {
+      elem_t* out = dx + (((long)n * p.H + oh * PATCH + r) * p.W + ow * PATCH) * p.C + g * p.Cg;
+#pragma unroll
+      for (int s = 0; s < PATCH; ++s)
+#pragma unroll
+        for (int c = 0; c < CG; ++c) out[s * p.C + c] = from_float(acc[(r * PATCH + s) * CG + c]);
+    }
+  }
+}
+#endif

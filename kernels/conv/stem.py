@@ -11,11 +11,14 @@ narrower groups).
   pixels receive from the same taps; a warp holds one class's pixels, the group's filter sits in
   shared memory as fp32, a thread sums `pix` pixels of a column over the taps and the output
   channels, reading dy `vector` 16 bytes at a time; with `lanes` > 1 that many threads share a
-  pixel's channels (whole rows of dy a load) and add up by shuffles.
+  pixel's channels (whole rows of dy a load) and add up by shuffles. With `patch` 2 or 4, for
+  the patch stems (R = S = stride = patch, no padding or dilation, H and W multiples of it),
+  a thread takes one output pixel and writes the block of input pixels only it reaches
+  (each dy row read once).
 
 Configuration: `cg` (the C/G it is compiled for, 1 to 4), `vector` (0 or 1) and `block`
-(threads); forward `kt` (8, 16 or 32), backward-data `pix` (1, 2 or 4) and `lanes` (1, 4 or
-8)."""
+(threads); forward `kt` (8, 16 or 32), backward-data `pix` (1, 2 or 4), `lanes` (1, 4 or 8)
+and `patch` (0: the residue classes; 2 or 4: the patch kernel, one pixel and lane a thread)."""
 
 from __future__ import annotations
 
@@ -43,6 +46,13 @@ def filter_bytes(c: dict[str, Any], p: ConvProblem) -> int:
     return 4 * p.R * p.S * p.c_per_group * channels
 
 
+def is_patch_stem(p: ConvProblem, patch: int) -> bool:
+    """Whether p's output pixels each read their own patch x patch block of the input, and
+    together every input pixel (the patch kernel's shapes)."""
+    return ((p.R, p.S, p.stride_h, p.stride_w) == (patch,) * 4 and (p.pad_h, p.pad_w) == (0, 0)
+            and (p.dil_h, p.dil_w) == (1, 1) and p.H % patch == 0 and p.W % patch == 0)
+
+
 class StemConv(KernelFamily):
     name = "conv_stem"
     short = "stem"
@@ -55,9 +65,14 @@ class StemConv(KernelFamily):
             return [{"cg": cg, "kt": kt, "vector": vector, "block": block}
                     for cg in cgs for kt in (8, 16, 32) for vector in (0, 1) for block in blocks]
         if operator == "conv2d_bwd_data":
-            return [{"cg": cg, "pix": pix, "vector": vector, "lanes": lanes, "block": block}
-                    for cg in cgs for pix in (1, 2, 4) for vector in (0, 1)
-                    for lanes in (1, 4, 8) for block in blocks]
+            classes = [{"cg": cg, "pix": pix, "vector": vector, "lanes": lanes, "block": block,
+                        "patch": 0}
+                       for cg in cgs for pix in (1, 2, 4) for vector in (0, 1)
+                       for lanes in (1, 4, 8) for block in blocks]
+            patches = [{"cg": cg, "pix": 1, "vector": vector, "lanes": 1, "block": block,
+                        "patch": patch}
+                       for cg in cgs for vector in (0, 1) for block in blocks for patch in (2, 4)]
+            return classes + patches
         return []
 
     def compiled_case(self, problem: ConvProblem) -> dict[str, Any]:
@@ -85,6 +100,9 @@ class StemConv(KernelFamily):
             what = "stores" if p.op == "conv2d_fwd" else "loads of dy"
             return (f"vector=1 {what} {vec} channels at once: K={p.K} and K/G="
                     f"{p.k_per_group} must be multiples of {vec}")
+        if c.get("patch") and not is_patch_stem(p, c["patch"]):
+            return (f"patch={c['patch']} serves R = S = stride = {c['patch']} without padding or "
+                    "dilation, H and W multiples of it")
         if filter_bytes(c, p) > SHARED_LIMIT:
             return (f"the filter's values take {filter_bytes(c, p)} bytes of shared memory as "
                     f"fp32, above {SHARED_LIMIT}")
@@ -96,11 +114,14 @@ class StemConv(KernelFamily):
     def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
         """Forward (pixel blocks, channel slices, groups); backward-data (blocks a class and
         group, stride classes, groups) over the largest class's items (n, group of pix rows,
-        column), block / lanes a block. As many blocks along x as the items fill,
-        BLOCKS_PER_SM a multiprocessor over y and z at most."""
+        column), block / lanes a block, or with `patch` (output pixel blocks, 1, groups). As
+        many blocks along x as the items fill, BLOCKS_PER_SM a multiprocessor over y and z at
+        most."""
         c = instance.settings
         if p.op == "conv2d_fwd":
             items, per_block, y = p.N * p.P * p.Q, c["block"], -(-p.k_per_group // c["kt"])
+        elif c["patch"]:
+            items, per_block, y = p.N * p.P * p.Q, c["block"], 1
         else:
             rows, cols = -(-p.H // p.stride_h), -(-p.W // p.stride_w)
             items = p.N * -(-rows // c["pix"]) * cols
@@ -110,7 +131,8 @@ class StemConv(KernelFamily):
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         entry, args = (("stem_fwd", ("x", "w", "y")) if problem.op == "conv2d_fwd"
-                       else ("stem_bwd_data", ("dy", "w", "dx")))
+                       else ("stem_bwd_data_patches" if instance.settings["patch"]
+                             else "stem_bwd_data", ("dy", "w", "dx")))
         return [Launch(entry, self.grid(instance, problem), (instance.settings["block"], 1, 1),
                        (*args, conv_params(problem)),
                        shared_bytes=filter_bytes(instance.settings, problem))]
