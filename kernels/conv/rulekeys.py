@@ -122,17 +122,18 @@ def _stem_key(family: Any, instances: Sequence[Instance], operator: str) -> Rule
     from kernels.conv.stem import (GRID_LIMIT, NARROWEST_OUT, SHARED_LIMIT, WIDEST, filter_bytes,
                                    is_patch_stem)
 
-    kinds = list({c.get("kt"): c for c in (i.settings for i in instances)}.values())
+    # one instance per kind whose filter and grid y differ: forward's kt, backward-data's
+    # residue classes (patch 0) or patches
+    kinds = list({(i.settings.get("kt"), bool(i.settings.get("patch"))): i
+                  for i in instances}.values())
 
     def key(p: Any) -> Hashable:
         if p.c_per_group > WIDEST or p.k_per_group < NARROWEST_OUT:
             return None
         vec = family.vector_channels(p.dtype)
-        y = [-(-p.k_per_group // c["kt"]) if "kt" in c else p.stride_h * p.stride_w
-             for c in kinds]
         return (p.c_per_group, p.K % vec == 0 and p.k_per_group % vec == 0,
-                tuple(filter_bytes(c, p) <= SHARED_LIMIT and max(rows, p.G) <= GRID_LIMIT
-                      for c, rows in zip(kinds, y)),
+                tuple(filter_bytes(i.settings, p) <= SHARED_LIMIT
+                      and max(family.grid(i, p)[1:]) <= GRID_LIMIT for i in kinds),
                 is_patch_stem(p, 2), is_patch_stem(p, 4))
     return key
 
