@@ -180,9 +180,19 @@ class KernelFamily(abc.ABC):
         return {k: tuple(sorted(v, key=repr)) for k, v in fields.items()}
 
 
+def refuse_below_sm(family: str, target: str, minimum: int, needs: str) -> str | None:
+    """Why `family`, which needs `needs` (NVIDIA sm_`minimum` and later), cannot run on devices
+    of `target`, or None when it can."""
+    arch = target.removeprefix("sm_").rstrip("a")
+    if not arch.isdigit() or int(arch) < minimum:
+        return f"{family} needs {needs} (sm_{minimum} and later), not {target}"
+    return None
+
+
 def grid_stride_blocks(elements: int, block: int, sm_count: int = 132, per_sm: int = 8) -> int:
     """Blocks for a grid-stride loop over `elements`: enough to fill the GPU, no more."""
     return max(1, min((elements + block - 1) // block, sm_count * per_sm))
 
 
-__all__ = ["Config", "Instance", "KernelFamily", "Launch", "grid_stride_blocks"]
+__all__ = ["Config", "Instance", "KernelFamily", "Launch", "grid_stride_blocks",
+           "refuse_below_sm"]

@@ -1,5 +1,6 @@
-"""conv_stem on the GPU: every instance against the reference on edge shapes of forward and
-backward-data with 1 to 4 input channels a group (skipped where there is no GPU)."""
+"""conv_stem and conv_stem_bwd_weight on the GPU: every instance against the reference on edge
+shapes of the three directions with 1 to 4 input channels a group (skipped where there is no
+GPU)."""
 
 import pytest
 
@@ -33,6 +34,11 @@ EDGES = [
     dict(N=2, C=4, K=16, G=2, H=8, W=12, R=4, S=4, stride_h=4, stride_w=4),
     dict(N=1, C=3, K=20, G=1, H=8, W=16, R=4, S=4, stride_h=4, stride_w=4),
 ]
+# backward-weight also: 7x7 groups of 3 channels, input rows of an odd number of elements
+WEIGHT_EDGES = EDGES + [
+    dict(N=2, C=6, K=48, G=2, H=13, W=17, R=7, S=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3),
+    dict(N=4, C=3, K=32, G=1, H=299, W=299, R=3, S=3, stride_h=2, stride_w=2),
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,4 +52,14 @@ def worker():
 def test_every_stem_instance_is_right(worker, op, dtype):
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in EDGES]
     failures = verify_on_edges(worker, op, dtype, ["conv_stem"], problems)
+    assert not failures, "\n".join(failures[:40])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_stem_bwd_weight_instance_is_right(worker, dtype):
+    """Every edge whose K/G is a multiple of 8 (dy's 16-byte copies) must be served."""
+    problems = [ConvProblem(op="conv2d_bwd_weight", dtype=dtype, **shape)
+                for shape in WEIGHT_EDGES]
+    failures = verify_on_edges(worker, "conv2d_bwd_weight", dtype, ["conv_stem_bwd_weight"],
+                               problems, lambda family, p: p.k_per_group % 8 == 0)
     assert not failures, "\n".join(failures[:40])

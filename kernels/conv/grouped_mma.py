@@ -18,7 +18,7 @@ from kernels.conv.igemm import _cdiv
 from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma_split import taps
-from kernels.family import SM_COUNT, Instance, KernelFamily, Launch
+from kernels.family import SM_COUNT, Instance, KernelFamily, Launch, refuse_below_sm
 from kernels.registry import register
 
 OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
@@ -79,11 +79,7 @@ class GroupedMmaConv(KernelFamily):
         return {**super().defines(instance), "GMMA_OP": OP_CODES[instance.operator]}
 
     def unsupported_target(self, target: str) -> str | None:
-        arch = target.removeprefix("sm_").rstrip("a")
-        if not arch.isdigit() or int(arch) < 80:
-            return (f"{self.name} needs NVIDIA's mma.sync and cp.async (sm_80 and later), "
-                    f"not {target}")
-        return None
+        return refuse_below_sm(self.name, target, 80, "NVIDIA's mma.sync and cp.async")
 
     # Geometry ------------------------------------------------------------------------------
     @staticmethod

@@ -138,11 +138,34 @@ def _stem_key(family: Any, instances: Sequence[Instance], operator: str) -> Rule
     return key
 
 
+def _stem_weight_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_stem_bwd_weight: the input channels a group (at most WIDEST) and K/G against the
+    16-byte copies; then dw's columns (which block widths leave a warp idle or read dy more
+    often than the widest), which channel tiles leave one of 16 idle, each tile's staged input
+    (its shared memory), and whether the grid can exceed its limit."""
+    from kernels.conv.stem_bwd_weight import CHANNEL_STEP, WIDEST, columns
+    from kernels.conv.stem_bwd_weight import GRID_LIMIT as Y_LIMIT
+
+    mts = settings_of(instances, "mt")
+    tiles = sorted({(i.settings["tp"], i.settings["tq"]) for i in instances})
+
+    def key(p: Any) -> Hashable:
+        cg, kg = p.c_per_group, p.k_per_group
+        if cg > WIDEST or kg % CHANNEL_STEP:
+            return None
+        cols = columns(p)
+        staged = tuple(rows * row for rows, row in
+                       (family.staged({"tp": tp, "tq": tq}, p) for tp, tq in tiles))
+        return (cg, cols, tuple(16 * (mt - 1) >= kg for mt in mts), staged, p.G > Y_LIMIT,
+                kg if -(-kg // 16) * cols > Y_LIMIT else None)
+    return key
+
+
 # family name -> its key's maker (family, the catalogue's instances of it, operator)
 KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_igemm": _gemm_key, "conv_wgmma": _gemm_key, "conv_wgmma_split": _wgmma_split_key,
     "conv_direct": _direct_key, "conv_grouped_mma": _grouped_mma_key,
     "conv_grouped_mma_bwd_weight": _grouped_mma_key, "conv_dw_tma": _dw_tma_key,
     "conv_dw_tma_bwd_weight": _dw_tma_key, "conv_dw_tc_bwd_weight": _dw_tma_key,
-    "conv_stem": _stem_key,
+    "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
 }

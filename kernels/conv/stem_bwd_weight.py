@@ -1,0 +1,153 @@
+"""conv_stem_bwd_weight: backward-weight of the stems (1 to 4 input channels a group, 8 or more
+output channels) as a GEMM on mma.sync (conv/stem_bwd_weight.cu): dw's K/G x (R x S x C/G)
+summed over every output pixel, the input's im2col built in registers from a staged tile by one
+16-bit load an element (no copy fetches a 6-byte pixel whole), dy^T by ldmatrix. A block owns
+16 mt output channels by 8 nt wn columns and walks a split of the tp x tq output tiles (two
+stages: the next tile's copies under this one's products); its wp warps along the pixels add up
+in shared memory, the splits into an fp32 workspace (igemm_zero
+and igemm_reduce of split_k.cuh around it). NVIDIA sm_80 and later, bf16 and fp16.
+
+Configuration: `mt` (16-channel tiles a warp), `nt` (8-column tiles a warp), `wn` and `wp`
+(warps along the columns and the pixels), `tp` and `tq` (a tile's output rows and columns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernels.conv.igemm import _cdiv
+from kernels.conv.params import conv_params
+from kernels.conv.problem import ConvProblem
+from kernels.family import (SM_COUNT, Instance, KernelFamily, Launch, grid_stride_blocks,
+                             refuse_below_sm)
+from kernels.registry import register
+
+OPERATOR = "conv2d_bwd_weight"
+WIDEST = 4  # the most input channels a group it serves (wider groups: the implicit GEMMs)
+CHANNEL_STEP = 8  # K/G a multiple of it: dy's rows are copied 16 bytes at a time
+WARPS = ((1, 4), (2, 2), (4, 1), (2, 4), (4, 2))  # (wn, wp)
+NTS = (1, 2, 3, 5)
+WIDEST_BLOCK = 8 * max(NTS) * max(wn for wn, _ in WARPS)  # the most columns a block sums
+TILES = ((4, 32), (8, 16))  # (tp, tq): 128 output pixels
+SMEM_OPT_IN = 227 * 1024
+SM_SHARED = 228 * 1024
+SM_REGISTERS = 65536
+GRID_LIMIT = 65535  # blocks along y (channel and column slices) and z (groups)
+SPLIT_TILES = 4  # the fewest tiles a split sums (more splits: more of the workspace's adds)
+
+
+def threads(config: dict[str, Any]) -> int:
+    return 32 * config["wn"] * config["wp"]
+
+
+def generate_configs() -> list[dict[str, Any]]:
+    return [{"mt": mt, "nt": nt, "wn": wn, "wp": wp, "tp": tp, "tq": tq}
+            for mt in (1, 2, 4) for nt in NTS for wn, wp in WARPS for tp, tq in TILES]
+
+
+def columns(p: ConvProblem) -> int:
+    """dw's columns a group: R x S x C/G."""
+    return p.R * p.S * p.c_per_group
+
+
+class StemBwdWeight(KernelFamily):
+    name = "conv_stem_bwd_weight"
+    short = "stem_mma"
+    source_file = "conv/stem_bwd_weight.cu"
+    operators = (OPERATOR,)
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return generate_configs() if operator == OPERATOR else []
+
+    def instances(self, operator: str, dtype: str) -> list[Instance]:
+        return [] if dtype == "fp32" else super().instances(operator, dtype)
+
+    def unsupported_target(self, target: str) -> str | None:
+        return refuse_below_sm(self.name, target, 80, "NVIDIA's mma.sync and cp.async")
+
+    @staticmethod
+    def staged(c: dict[str, Any], p: ConvProblem) -> tuple[int, int]:
+        """(rows, 16-bit elements a row) of a tile's staged input."""
+        rows = (c["tp"] - 1) * p.stride_h + (p.R - 1) * p.dil_h + 1
+        cols = (c["tq"] - 1) * p.stride_w + (p.S - 1) * p.dil_w + 1
+        return rows, cols * p.c_per_group
+
+    def shared_bytes(self, instance: Instance, p: ConvProblem) -> int:
+        """Two stages of dy's tile and the staged input (16-bit), or the block's sums (fp32)
+        after them."""
+        c = instance.settings
+        rows, row = self.staged(c, p)
+        tile = 2 * 2 * (c["tp"] * c["tq"] * (16 * c["mt"] + 8) + _cdiv(rows * row, 8) * 8)
+        return max(tile, 4 * 16 * c["mt"] * 8 * c["nt"] * c["wn"])
+
+    def blocks_per_sm(self, instance: Instance, p: ConvProblem) -> int:
+        """Shared memory, threads, and registers estimated from the accumulators and A
+        fragments (and about 40 more)."""
+        c = instance.settings
+        regs = 4 * c["mt"] * (c["nt"] + 1) + c["nt"] + 40
+        t = threads(c)
+        return max(1, min(SM_SHARED // (self.shared_bytes(instance, p) + 1024), 2048 // t,
+                          SM_REGISTERS // (t * regs)))
+
+    @staticmethod
+    def tiles(c: dict[str, Any], p: ConvProblem) -> int:
+        return p.N * _cdiv(p.P, c["tp"]) * _cdiv(p.Q, c["tq"])
+
+    @staticmethod
+    def slices(c: dict[str, Any], p: ConvProblem) -> int:
+        """Grid y: the channel slices of 16 mt by the column slices of 8 nt wn."""
+        return _cdiv(p.k_per_group, 16 * c["mt"]) * _cdiv(columns(p), 8 * c["nt"] * c["wn"])
+
+    def splits(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
+        """(splits, tiles a split): the resident blocks over the slices and groups, each split
+        at least SPLIT_TILES tiles."""
+        c = instance.settings
+        tiles = self.tiles(c, p)
+        want = _cdiv(SM_COUNT * self.blocks_per_sm(instance, p), self.slices(c, p) * p.G)
+        per = _cdiv(tiles, max(1, min(want, _cdiv(tiles, SPLIT_TILES))))
+        return _cdiv(tiles, per), per
+
+    def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
+        p, c = problem, instance.settings
+        other = self.other_problem(instance, p)
+        if other:
+            return other
+        if p.c_per_group > WIDEST:
+            return (f"C/G={p.c_per_group} above {WIDEST}: the implicit GEMMs serve wider "
+                    "groups")
+        if p.k_per_group % CHANNEL_STEP:
+            return (f"K/G={p.k_per_group} is not a multiple of {CHANNEL_STEP} (dy's rows are "
+                    "copied 16 bytes at a time)")
+        cols, per_warp = columns(p), 8 * c["nt"]
+        if _cdiv(cols, per_warp * c["wn"]) > _cdiv(cols, WIDEST_BLOCK):
+            return (f"{per_warp * c['wn']} columns a block for R*S*C/G={cols}: wider blocks "
+                    "read dy fewer times")
+        if (c["wn"] - 1) * per_warp >= cols:
+            return (f"{c['wn']} warps of {per_warp} columns for R*S*C/G={cols}: a warp would "
+                    "have none")
+        if c["mt"] > 1 and 16 * (c["mt"] - 1) >= p.k_per_group:
+            return (f"mt={c['mt']} tiles of 16 output channels for K/G={p.k_per_group}: one "
+                    "would be idle")
+        smem = self.shared_bytes(instance, p)
+        if smem > SMEM_OPT_IN:
+            return (f"the tiles need {smem // 1024} KiB of shared memory, above "
+                    f"{SMEM_OPT_IN // 1024} KiB")
+        if max(self.slices(c, p), p.G) > GRID_LIMIT:
+            return f"a grid of {self.slices(c, p)} x {p.G} blocks along y and z, over {GRID_LIMIT}"
+        return None
+
+    def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
+        return 4 * problem.tensor_elements()["weight"]
+
+    def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
+        c, p = instance.settings, problem
+        splits, per = self.splits(instance, p)
+        n = p.tensor_elements()["weight"]
+        small = (grid_stride_blocks(n, 256), 1, 1)
+        return [Launch("igemm_zero", small, (256, 1, 1), ("workspace", n)),
+                Launch("stem_bwd_weight", (splits, self.slices(c, p), p.G), (threads(c), 1, 1),
+                       ("x", "dy", "workspace", conv_params(p), per),
+                       self.shared_bytes(instance, p)),
+                Launch("igemm_reduce", small, (256, 1, 1), ("workspace", "dw", n))]
+
+
+FAMILY = register(StemBwdWeight())
