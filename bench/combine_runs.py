@@ -41,10 +41,13 @@ def main() -> None:
     parser.add_argument("--name", default="vs_vendor_combined")
     parser.add_argument("--out", default=None)
     parser.add_argument("--exclude", nargs="*", default=[], help="RUN_FILE_NAME:OPERATOR")
+    parser.add_argument("--batch", nargs="*", type=int, default=[],
+                        help="only the shapes of these batch sizes (default: every one)")
     args = parser.parse_args()
     excluded = {tuple(item.rsplit(":", 1)) for item in args.exclude}
     runs = [{key: shape for key, shape in shapes_of(path).items()
-             if (path.name, key[0]) not in excluded} for path in args.runs]
+             if (path.name, key[0]) not in excluded
+             and (not args.batch or shape.get("batch") in args.batch)} for path in args.runs]
     rows = []
     for key in sorted(set().union(*runs)):
         entries = [(i, run[key]) for i, run in enumerate(runs) if run.get(key, {}).get("speedup")]

@@ -34,3 +34,16 @@ def test_best_ratio_and_vendor_median(tmp_path, monkeypatch):
     assert rows["N32 b"]["vs_vendor_median"] == 1.0
     summary = json.loads((tmp_path / "t.json").read_text())["figures"]["summary"]
     assert abs(summary["conv2d_fwd"]["depthwise"]["vs_vendor_median"] - 1.3 ** 0.5) < 1e-9
+
+
+def test_batch_keeps_the_shapes_of_those_batch_sizes_only(tmp_path, monkeypatch):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"figures": {"shapes": [
+        {"op": "conv2d_fwd", "problem": f"N{n} a", "batch": n, "kind": "dense", "ours_us": 10.0,
+         "vendor_us": 10.0 * n, "speedup": float(n), "best_instance": "i"} for n in (1, 8, 32)]}}))
+    monkeypatch.setattr(sys, "argv", ["combine_runs", str(a), "--batch", "32", "8", "--name",
+                                      "t", "--out", str(tmp_path)])
+    combine_runs.main()
+    figures = json.loads((tmp_path / "t.json").read_text())["figures"]
+    assert sorted(r["problem"] for r in figures["shapes"]) == ["N32 a", "N8 a"]
+    assert abs(figures["summary"]["conv2d_fwd"]["dense"]["speedup"] - 16.0) < 1e-9
