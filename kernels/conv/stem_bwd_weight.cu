@@ -129,6 +129,26 @@ __device__ __forceinline__ void load_dy(u16* dys, const elem_t* __restrict__ dy,
   cp_async_commit();
 }
 
+// One 16-pixel step's products of the warp's n tiles (with SOME, its first `live` only): B's
+// 16-bit pairs gathered at each pixel's staged input plus the column's offset (bytes), times
+// the MT A fragments.
+template <bool SOME>
+__device__ __forceinline__ void products(float (&acc)[MT][NT][4], const u32 (&a)[MT][4],
+                                         const char* const (&px)[4], const int (&off)[NT],
+                                         int live) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (!SOME || j < live) {
+      const u32 b0 = (u32)*reinterpret_cast<const u16*>(px[0] + off[j]) |
+                     ((u32)*reinterpret_cast<const u16*>(px[1] + off[j]) << 16);
+      const u32 b1 = (u32)*reinterpret_cast<const u16*>(px[2] + off[j]) |
+                     ((u32)*reinterpret_cast<const u16*>(px[3] + off[j]) << 16);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) mma16816(acc[m][j], a[m], b0, b1);
+    }
+  }
+}
+
 // The first output pixel of a tile: tiles run along the output's columns, rows, then images.
 __device__ __forceinline__ void tile_origin(const ConvParams& p, int tile, int& n, int& oh0,
                                             int& ow0) {
@@ -155,7 +175,7 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wn = warp % WN, wp = warp / WN;
 
-  // this lane's column of each of its n tiles, as an offset from a pixel's staged input
+  // this lane's column of each of its n tiles, as a byte offset from a pixel's staged input
   int off[NT];
   int live = 0;  // the warp's n tiles with a column of dw
 #pragma unroll
@@ -163,7 +183,7 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
     const int tile0 = col0 + (wn * NT + j) * 8, col = tile0 + (lane >> 2);
     live += tile0 < rsc;
     const int c = col % p.Cg, rs = col / p.Cg, r = rs / p.S, s = rs % p.S;
-    off[j] = col < rsc ? r * p.dil_h * xrow + (s * p.dil_w) * p.Cg + c : 0;
+    off[j] = col < rsc ? 2 * (r * p.dil_h * xrow + (s * p.dil_w) * p.Cg + c) : 0;
   }
   float acc[MT][NT][4];
 #pragma unroll
@@ -211,21 +231,17 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
 #pragma unroll
       for (int m = 0; m < MT; ++m)
         ldmatrix_x4_trans(a[m], db + (step * 16 + a_pix) * DY_PITCH + m * 16 + a_k);
-      int base[4];
+      const char* px[4];  // the step's pixels 2t, 2t + 1, 2t + 8, 2t + 9 in the staged input
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int pix = step * 16 + t2 + (e & 1) + (e >> 1) * 8;
-        base[e] = (pix / TQ) * p.stride_h * xrow + (pix % TQ) * p.stride_w * p.Cg;
+        px[e] = reinterpret_cast<const char*>(xb) +
+                2 * ((pix / TQ) * p.stride_h * xrow + (pix % TQ) * p.stride_w * p.Cg);
       }
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        if (j < live) {
-          const u32 b0 = (u32)xb[base[0] + off[j]] | ((u32)xb[base[1] + off[j]] << 16);
-          const u32 b1 = (u32)xb[base[2] + off[j]] | ((u32)xb[base[3] + off[j]] << 16);
-#pragma unroll
-          for (int m = 0; m < MT; ++m) mma16816(acc[m][j], a[m], b0, b1);
-        }
-      }
+      if (live == NT)  // every n tile of the warp has columns of dw: no test a tile
+        products<false>(acc, a, px, off, NT);
+      else
+        products<true>(acc, a, px, off, live);
     }
     if (next) {
       u16* xn = xs + (stage ^ 1) * x_u16;
