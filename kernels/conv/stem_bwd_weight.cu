@@ -8,10 +8,10 @@
 // grid y slice's, cp.async, zeros past the output and the group) and the input rows and columns
 // the tile reaches (element by element: rows start at any 2-byte offset), in two stages: the
 // next tile's dy copies are in flight under this tile's products, its inputs are staged after
-// them but for a first batch that waits in registers; a column's input is
-// then at a fixed offset from a pixel's, so a lane builds its B fragments from shared memory
-// with one 16-bit load an element (base of the pixel + offset of the column), and A (dy^T)
-// comes from ldmatrix.trans. A warp owns the block's KC channels by NT column tiles of 8
+// them but for a first batch that waits in registers. A column's input is then at a fixed
+// offset from a pixel's, so a lane builds its B fragments from shared memory with one 16-bit
+// load an element (the pixel's address plus the column's byte offset), and A (dy^T) comes from
+// ldmatrix.trans. A warp owns the block's KC channels by NT column tiles of 8
 // (WN warps along the columns) and every WP-th 16-pixel step of a tile (WP warps along the
 // pixels); a block walks `tiles_per_split` tiles (grid x: the splits), adds its WP warps' sums
 // in shared memory and those into the fp32 workspace laid out as dw (igemm_zero first,

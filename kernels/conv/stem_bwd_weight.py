@@ -4,8 +4,8 @@ summed over every output pixel, the input's im2col built in registers from a sta
 16-bit load an element (no copy fetches a 6-byte pixel whole), dy^T by ldmatrix. A block owns
 16 mt output channels by 8 nt wn columns and walks a split of the tp x tq output tiles (two
 stages: the next tile's copies under this one's products); its wp warps along the pixels add up
-in shared memory, the splits into an fp32 workspace (igemm_zero
-and igemm_reduce of split_k.cuh around it). NVIDIA sm_80 and later, bf16 and fp16.
+in shared memory, the splits into an fp32 workspace (igemm_zero and igemm_reduce of split_k.cuh
+around it). NVIDIA sm_80 and later, bf16 and fp16.
 
 Configuration: `mt` (16-channel tiles a warp), `nt` (8-column tiles a warp), `wn` and `wp`
 (warps along the columns and the pixels), `tp` and `tq` (a tile's output rows and columns)."""
