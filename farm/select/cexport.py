@@ -6,10 +6,11 @@ the doubles are identical; compile with -ffp-contract=off so no multiply-add is 
 LightGBM trees from the text model as leaf masks (trees.py), with LightGBM's missing-value rules
 folded into each comparison. Each piece of work is done as rarely as it can be: the shape's sizes
 once per call; the splits on device constants and instance columns at generation, as one mask
-per tree and candidate; the splits on the shape once per tree and call; only the splits on the
-interactions per candidate, without branches, in loops over the candidates that the compiler
-vectorises, GROUP trees in one pass (a block; a split whose leaves the instance columns have
-cleared for every candidate is left out). Leaves are added tree by tree in the model's order, so
+per tree and candidate; the splits on the shape once per tree and call; only the interactions
+and their splits per class of the evaluated candidates (candidates whose instance columns that
+the interactions read are equal have the same interactions on every shape: CLASS, from the
+catalogue), without branches, in loops that the compiler vectorises, GROUP trees in one pass (a
+block; a split whose leaves the instance columns have cleared for every candidate is left out). Leaves are added tree by tree in the model's order, so
 the costs are LightGBM's raw scores bit for bit. A tree with more leaves than a mask holds is
 written as nested if/else code. The caller supplies applicability (`allowed`, one byte per
 candidate, NULL for all): its kernels' launch rules live with the dispatcher, as the
@@ -144,14 +145,16 @@ class _Columns:
             return self.constants[f - self.shape]
         return float(self.table[c, f - self.instance])
 
-    def expr(self, f: int) -> str:
-        """A column's value in code that loops over the evaluated candidates (i)."""
+    def expr(self, f: int, at: str = "i") -> str:
+        """A column's value in code that loops over the evaluated candidates (i); an
+        interaction's in X at `at` (its column: i where the loop is over classes, pos[i] where
+        it is over candidates)."""
         if f < self.instance:
             self.read.add(self.names[f])
             return f"v_{self.names[f]}"
         if f < self.interactions:
             return f"INST[{f - self.instance}][idx[i]]"
-        return f"X[{self.stored.setdefault(f, len(self.stored))}][i]"
+        return f"X[{self.stored.setdefault(f, len(self.stored))}][{at}]"
 
 
 # a loop over candidates 0..n (a multiple of LANES) in whole vectors, without a scalar tail
@@ -182,20 +185,23 @@ def _masked_tree(tree: LeafMasks, cols: _Columns, count: int, j: int
 
 
 def _block(number: int, trees: Sequence[int], tests: Sequence[str | None]) -> str:
-    """block{number}(): the exit leaves of masked trees `trees` (their interaction `tests`) for
-    candidates idx[0..live), then their values added to the sums, in tree order."""
-    lines = [f"      M[{j}][i] &= {test};" for j, test in enumerate(tests) if test]
+    """block{number}(): the interaction `tests` of masked trees `trees` once per class of
+    candidates (X's columns 0..classes), then for candidates idx[0..live) their exit leaves
+    (shape, fixed and their class's masks), whose values are added to the sums in tree order."""
+    lines = [f"      T[{j}][i] = {test};" for j, test in enumerate(tests) if test]
     loop = (*VECTOR_LOOP[:-1], f"{VECTOR_LOOP[-1]} {{", *lines, "    }") if lines else ()
+    exits = [f"s[{j}] & fixed[{j}]" + (f" & T[{j}][u]" if test else "")
+             for j, test in enumerate(tests)]
     return "\n".join([
         f"VECTOR_CLONES static void block{number}(double X[restrict NX][NP], "
-        "const uint64_t *restrict s,", "    const int *restrict idx, int live, "
-        "double *restrict part) {",
-        f"  uint64_t M[{len(trees)}][NP];", "  const int n = PADDED(live);", "  int b, i;",
-        *(() if lines else ("  (void)X;", "  (void)b;")),
-        "  for (i = 0; i < n; i++) {", f"    const uint64_t *fixed = FIXED{number}[idx[i]];",
-        *(f"    M[{j}][i] = s[{j}] & fixed[{j}];" for j in range(len(trees))), "  }", *loop,
-        "  for (i = 0; i < live; i++) {", "    double t = part[i];",
-        *(f"    t += LEAF{k}[LOWEST(M[{j}][i])];" for j, k in enumerate(trees)),
+        "const uint64_t *restrict s,", "    const int *restrict idx, const int *restrict pos, "
+        "int live, int classes, double *restrict part) {",
+        *((f"  uint64_t T[{len(tests)}][NP];", "  const int n = PADDED(classes);", "  int b, i;")
+          if lines else ("  int i;", "  (void)X;", "  (void)classes;")),
+        *loop,
+        "  for (i = 0; i < live; i++) {", f"    const uint64_t *fixed = FIXED{number}[idx[i]];",
+        "    const int u = pos[i];", "    double t = part[i];", "    (void)u;",
+        *(f"    t += LEAF{k}[LOWEST({e})];" for k, e in zip(trees, exits)),
         "    part[i] = t;", "  }", "}"])
 
 
@@ -203,7 +209,7 @@ def _branches(t: Tree, n: int, cols: _Columns, indent: str) -> list[str]:
     if n < 0 or not t.feature:
         return [f"{indent}t += {_double(t.leaves[~n if n < 0 else 0])};"]
     split = Split(t.feature[n], t.threshold[n], nan_left(t, n), 0)
-    return ([f"{indent}if ({_test(split, cols.expr(split.feature))}) {{"]
+    return ([f"{indent}if ({_test(split, cols.expr(split.feature, 'pos[i]'))}) {{"]
             + _branches(t, t.left[n], cols, indent + "  ") + [f"{indent}}} else {{"]
             + _branches(t, t.right[n], cols, indent + "  ") + [f"{indent}}}"])
 
@@ -233,13 +239,28 @@ def _shape_lines(spec: FeatureSpec, wanted: set[str]) -> list[str]:
                     if n in wanted]
 
 
+def _interaction_inputs(spec: FeatureSpec, cols: _Columns) -> list[str]:
+    """The instance columns the interactions that the trees read are computed from."""
+    wanted = _needed(spec, {cols.names[f] for f in cols.stored})
+    return [n for n in INSTANCE if n in wanted]
+
+
+def _classes(spec: FeatureSpec, cols: _Columns, table: np.ndarray) -> list[int]:
+    """Each candidate's class: candidates with the same values of the interactions' instance
+    columns have the same interactions on every shape (numbered in catalogue order)."""
+    at = [spec.instance.index(n) for n in _interaction_inputs(spec, cols)] if cols.stored else []
+    keys: dict[tuple, int] = {}
+    return [keys.setdefault(tuple(repr(float(v)) for v in row[at]), len(keys)) for row in table]
+
+
 def _features(spec: FeatureSpec, cols: _Columns) -> str:
-    """features(): the interactions the trees read, per evaluated candidate, into X: the
-    instance columns they need gathered first, so that the arithmetic runs as vector loops."""
+    """features(): the interactions the trees read, per class of the evaluated candidates
+    (idx: a candidate of each), into X: the instance columns they need gathered first, so that
+    the arithmetic runs as vector loops."""
     if not cols.stored:
         return ""
     wanted = _needed(spec, {cols.names[f] for f in cols.stored})
-    inst = [n for n in INSTANCE if n in wanted]
+    inst = _interaction_inputs(spec, cols)
     gather = [f"    I[{j}][i] = INST[{spec.instance.index(n)}][idx[i]];"
               for j, n in enumerate(inst)]
     per = [f"    const double v_{n} = I[{j}][i];" for j, n in enumerate(inst)]
@@ -247,7 +268,7 @@ def _features(spec: FeatureSpec, cols: _Columns) -> str:
             if n in wanted]
     per += [f"    X[{j}][i] = v_{cols.names[f]};" for f, j in cols.stored.items()]
     return "\n".join([
-        "VECTOR_CLONES static void features(const int64_t *shape, const int *restrict idx, "
+        "VECTOR_CLONES static void features(const int64_t *shape, int *restrict idx, "
         "int n, double X[restrict NX][NP]) {", *_shape_lines(spec, wanted),
         f"  double I[{max(len(inst), 1)}][NP];", "  int b, i;", "  (void)shape;", "  (void)I;",
         "  for (i = 0; i < n; i++) {", *gather, "  }", *VECTOR_LOOP[:-1],
@@ -309,7 +330,7 @@ class _Forest:
         self.summed = trees[-1] + 1
         self.functions.append(_block(number, trees, tests))
         self.fixed.append([list(row) for row in zip(*rows)])
-        self.lines.append(f"  block{number}(X, s, idx, live, part);")
+        self.lines.append(f"  block{number}(X, s, idx, pos, live, classes, part);")
         reach = [[np.array([v for b, v in enumerate(masks.leaves) if f >> b & 1]) for f in fixed]
                  for _, masks, fixed, _ in self.group]
         self.end_block(sum(np.array([r.min() for r in tree]) for tree in reach),
@@ -320,10 +341,10 @@ class _Forest:
         self.low.append(low)
         self.high.append(high)
         if self.prune:
-            self.lines.append(f"  if (k) live = prune(idx, part, X, live, {len(self.low)}, k);")
+            self.lines.append(f"  if (k) live = prune(idx, part, pos, live, {len(self.low)}, k);")
         if (not self.cut and self.cascade_after is not None
                 and self.cascade_after <= self.summed < self.total):
-            self.lines.append("  if (k) live = cascade(idx, part, X, live, k);")
+            self.lines.append("  if (k) live = cascade(idx, part, pos, live, k);")
             self.cut = True
 
     def rest(self, sign: str) -> tuple[np.ndarray, np.ndarray]:
@@ -334,10 +355,14 @@ class _Forest:
         return (-high, -low) if sign else (low, high)
 
 
-def _tables(table: np.ndarray, forest: _Forest, code: Sequence[str]) -> str:
-    """The instance columns (where `code` reads them), the blocks' fixed masks and the trees'
-    leaves."""
+def _tables(table: np.ndarray, forest: _Forest, code: Sequence[str], classes: Sequence[int]
+            ) -> str:
+    """Each candidate's class, the instance columns (where `code` reads them), the blocks'
+    fixed masks and the trees' leaves."""
     out = []
+    if any("CLASS[" in line for line in code):
+        out += ["/* per candidate: its class (the same interactions on every shape) */",
+                f"static const int CLASS[NC] = {{\n  {_rows(list(classes), 16)}}};"]
     if any("INST[" in line for line in code):
         out.append("static const double INST[NI][NC] = {\n  " + ",\n  ".join(
             "{" + _rows([float(v) for v in col], 4) + "}" for col in table.T) + "};")
@@ -387,7 +412,7 @@ static const double MARGIN = {_double(_margin(trees))};
    family that is not reference-speed): not one whose lowest possible cost exceeds both the
    k-th lowest highest possible cost and the head's by more than rounding explains (compact());
    returns how many are left. */
-static int prune(int *idx, double *part, double X[NX][NP], int live, int block, int k) {{
+static int prune(int *idx, double *part, int *pos, int live, int block, int k) {{
   double low[NP], head[GUARD_DEPTH + 1], limit, most = -INFINITY;
   unsigned char keep[NP];
   int i;
@@ -406,7 +431,7 @@ static int prune(int *idx, double *part, double X[NX][NP], int live, int block, 
   limit += MARGIN;
   if (!(most > limit)) return live;
   for (i = 0; i < live; i++) keep[i] = {sign}part[i] + REST_LOW[idx[i]][block - 1] <= limit;
-  return compact(idx, part, X, live, keep);
+  return compact(idx, part, pos, live, keep);
 }}"""
 
 
@@ -418,22 +443,21 @@ static void offer(double *low, int k, double v) {
   low[j] = v;
 }
 
-/* Keeps the `live` candidates whose keep[i] is set, in order with their sums and values
+/* Keeps the `live` candidates whose keep[i] is set, in order with their sums and classes
    (padding repeats the last); returns how many. */
-static int compact(int *idx, double *part, double X[NX][NP], int live,
-                   const unsigned char *keep) {
-  int i, j, kept = 0;
+static int compact(int *idx, double *part, int *pos, int live, const unsigned char *keep) {
+  int i, kept = 0;
   for (i = 0; i < live; i++)
     if (keep[i]) {
       idx[kept] = idx[i];
       part[kept] = part[i];
-      for (j = 0; j < NX; j++) X[j][kept] = X[j][i];
+      pos[kept] = pos[i];
       kept++;
     }
   for (i = kept; i < PADDED(kept); i++) {
     idx[i] = idx[kept - 1];
     part[i] = part[kept - 1];
-    for (j = 0; j < NX; j++) X[j][i] = X[j][kept - 1];
+    pos[i] = pos[kept - 1];
   }
   return kept;
 }"""
@@ -449,7 +473,7 @@ def _cascade(keep: int, sign: str) -> str:
    reference-speed (the guard's head) (compact()); returns how many are left. The remaining
    trees then sum these only: the choice is the model's wherever the best candidate's partial
    cost is among them. */
-static int cascade(int *idx, double *part, double X[NX][NP], int live, int k) {{
+static int cascade(int *idx, double *part, int *pos, int live, int k) {{
   double low[NP], head[GUARD_DEPTH + 1], limit, plain = -INFINITY;
   const int keep = k > CASCADE_KEEP ? k : CASCADE_KEEP;
   unsigned char kept[NP];
@@ -467,7 +491,7 @@ static int cascade(int *idx, double *part, double X[NX][NP], int live, int k) {{
     const double v = {sign}part[i];
     kept[i] = v <= limit || (GUARD_DEPTH > 1 && v <= plain && !REFERENCE_OF(idx[i]));
   }}
-  return compact(idx, part, X, live, kept);
+  return compact(idx, part, pos, live, kept);
 }}"""
 
 
@@ -485,6 +509,16 @@ def _guard_tables(catalogue: Sequence[CatalogueEntry], fields: Sequence[int]) ->
             f"static const double SUPPORT_HIGH[NC * NF] = {{{nl}{_rows(high, 4)}}};")
 
 
+# forest()'s classes among the candidates: a candidate of each in rep (padded with the
+# first), each candidate's class in pos, then the classes' interactions
+CLASSES = ("  int rep[NP], first[NCLASS];", "  for (i = 0; i < NCLASS; i++) first[i] = -1;",
+           "  for (i = 0; i < n; i++) {", "    const int c = CLASS[idx[i]];",
+           "    if (first[c] < 0) {", "      first[c] = classes;",
+           "      rep[classes++] = idx[i];", "    }", "    pos[i] = first[c];", "  }",
+           "  for (i = classes; i < PADDED(classes); i++) rep[i] = idx[0];",
+           "  features(shape, rep, PADDED(classes), X);")
+
+
 def _forest_function(spec: FeatureSpec, cols: _Columns, forest: _Forest, features: str) -> str:
     """forest(): the sums of leaves of the candidates idx[0..live)."""
     shape_lines = _shape_lines(spec, _needed(spec, cols.read))
@@ -497,9 +531,9 @@ def _forest_function(spec: FeatureSpec, cols: _Columns, forest: _Forest, feature
         f"static int forest(const int64_t shape[{len(spec.inputs)}], int *idx, int live, "
         "double *part, int k) {", *shape_lines, f"  {x}",
         *(("  uint64_t s[GROUP];",) if forest.leaves else ()),
-        "  int i, n = PADDED(live);", "  (void)shape;", "  (void)k;",
-        "  for (i = live; i < n; i++) idx[i] = idx[live - 1];",
-        *(("  features(shape, idx, n, X);",) if features else ()),
+        "  int pos[NP];", "  int i, n = PADDED(live), classes = 0;", "  (void)shape;",
+        "  (void)k;", "  for (i = live; i < n; i++) idx[i] = idx[live - 1];",
+        *(CLASSES if features else ("  for (i = 0; i < n; i++) pos[i] = 0;", "  classes = 1;")),
         "  for (i = 0; i < n; i++) part[i] = 0.0;", *forest.lines, "  return live;", "}"])
 
 
@@ -518,6 +552,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
     cols = _Columns(spec, table)
     forest = _Forest(trees, cols, count, prune, cascade[0] if cascade else None)
     features = _features(spec, cols)
+    classes = _classes(spec, cols, table)
     sign = "" if kind == "regressor" else "-"
     run = _forest_function(spec, cols, forest, features)
     names = ", ".join('"' + e.name.replace('"', "") + '"' for e in catalogue)
@@ -539,6 +574,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #define NP PADDED(NC)
 #define NI {len(spec.instance)}
 #define NX {max(len(cols.stored), 1)}
+#define NCLASS {max(classes) + 1}  /* classes of candidates with the same interactions */
 #define GROUP {GROUP}  /* trees whose leaves are added in one pass over the candidates: a block */
 #define NF {max(len(fields), 1)}  /* the shape fields a candidate's support bounds */
 #define GUARD_DEPTH {guard_depth if guard_depth > 1 else 0}  /* the best this many: safe first */
@@ -568,7 +604,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #endif
 
 static const char *const NAMES[NC] = {{{names}}};
-{_tables(table, forest, (features, run))}
+{_tables(table, forest, (features, run), classes)}
 {_guard_tables(catalogue, fields) if fields else ""}
 
 #if defined(__GNUC__) || defined(__clang__)
