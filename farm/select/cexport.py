@@ -4,25 +4,25 @@ It holds the candidate catalogue (names and instance columns), the feature formu
 features.py translated to C expression by expression (same operations in the same order, so
 the doubles are identical; compile with -ffp-contract=off so no multiply-add is fused), and the
 LightGBM trees from the text model as leaf masks (trees.py), with LightGBM's missing-value rules
-folded into each comparison. Each piece of work is done as rarely as it can be: the shape's sizes
-once per call; the splits on device constants and instance columns at generation, as one mask
-per tree and candidate; the splits on the shape once per tree and call; only the interactions
-and their splits per class of the evaluated candidates (candidates whose instance columns that
-the interactions read are equal have the same interactions on every shape: CLASS, from the
-catalogue), without branches, in loops that the compiler vectorises, GROUP trees in one pass (a
-block; a split whose leaves the instance columns have cleared for every candidate is left out). Leaves are added tree by tree in the model's order, so
-the costs are LightGBM's raw scores bit for bit. A tree with more leaves than a mask holds is
-written as nested if/else code. The caller supplies applicability (`allowed`, one byte per
-candidate, NULL for all): its kernels' launch rules live with the dispatcher, as the
-descriptors' do in Python. `costs` evaluates every candidate; `rank` and `best` only the
-allowed ones, gathered into a list (padded to whole vectors), and apply the guard of
-farm.select.guard: among the model's GUARD_DEPTH best allowed candidates, those of no
-reference-speed family whose measured support holds the shape come first. Generated with
-`prune`, they also drop between blocks the candidates that the bounds of their remaining leaves
-show cannot be needed (exact, see prune(); on the models measured the bounds are too wide to
-pay for the check, so it is off by default). Generated with `cascade` (trees, keep), they sum
-the trees after the first `trees` only for the `keep` best so far (see cascade(): faster, not
-exact, off by default).
+folded into each comparison. Each piece of work is done as rarely as it can be: the shape's
+sizes once per call; the splits on device constants and instance columns at generation, as one
+mask per tree and candidate; the splits on the shape once per tree and call; only the
+interactions and their splits per class of the evaluated candidates (candidates whose instance
+columns that the interactions read are equal have the same interactions on every shape: CLASS,
+from the catalogue), without branches, in loops that the compiler vectorises, GROUP trees in one
+pass (a block; a split whose leaves the instance columns have cleared for every candidate is
+left out). Leaves are added tree by tree in the model's order, so the costs are LightGBM's raw
+scores bit for bit. A tree with more leaves than a mask holds is written as nested if/else code.
+The caller supplies applicability (`allowed`, one byte per candidate, NULL for all): its
+kernels' launch rules live with the dispatcher, as the descriptors' do in Python. `costs`
+evaluates every candidate; `rank` and `best` only the allowed ones, gathered into a list (padded
+to whole vectors), and apply the guard of farm.select.guard: among the model's GUARD_DEPTH best
+allowed candidates, those of no reference-speed family whose measured support holds the shape
+come first. Generated with `prune`, they also drop between blocks the candidates that the bounds
+of their remaining leaves show cannot be needed (exact, see prune(); on the models measured the
+bounds are too wide to pay for the check, so it is off by default). Generated with `cascade`
+(trees, keep), they sum the trees after the first `trees` only for the `keep` best so far (see
+cascade(): faster, not exact, off by default).
 
     int  P_count(void);  const char *P_name(int i);
     int  P_costs(const int64_t shape[F], double *cost);   lower is better, one per candidate
@@ -248,7 +248,7 @@ def _interaction_inputs(spec: FeatureSpec, cols: _Columns) -> list[str]:
 def _classes(spec: FeatureSpec, cols: _Columns, table: np.ndarray) -> list[int]:
     """Each candidate's class: candidates with the same values of the interactions' instance
     columns have the same interactions on every shape (numbered in catalogue order)."""
-    at = [spec.instance.index(n) for n in _interaction_inputs(spec, cols)] if cols.stored else []
+    at = [spec.instance.index(n) for n in _interaction_inputs(spec, cols)]
     keys: dict[tuple, int] = {}
     return [keys.setdefault(tuple(repr(float(v)) for v in row[at]), len(keys)) for row in table]
 

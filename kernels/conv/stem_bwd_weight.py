@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernels.conv.grouped_mma import SM_REGISTERS, SM_SHARED, SMEM_OPT_IN
 from kernels.conv.igemm import _cdiv
 from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
+from kernels.conv.stem import GRID_LIMIT  # blocks along y (here channel and column slices), z
 from kernels.family import (SM_COUNT, Instance, KernelFamily, Launch, grid_stride_blocks,
                              refuse_below_sm)
 from kernels.registry import register
@@ -28,10 +30,6 @@ WARPS = ((1, 4), (2, 2), (4, 1), (2, 4), (4, 2))  # (wn, wp)
 NTS = (1, 2, 3, 5)
 WIDEST_BLOCK = 8 * max(NTS) * max(wn for wn, _ in WARPS)  # the most columns a block sums
 TILES = ((4, 32), (8, 16))  # (tp, tq): 128 output pixels
-SMEM_OPT_IN = 227 * 1024
-SM_SHARED = 228 * 1024
-SM_REGISTERS = 65536
-GRID_LIMIT = 65535  # blocks along y (channel and column slices) and z (groups)
 SPLIT_TILES = 4  # the fewest tiles a split sums (more splits: more of the workspace's adds)
 
 
