@@ -49,8 +49,11 @@ def test_rules_stems_only_and_blocks_that_leave_no_warp_idle():
     four = next(i for i in FAMILY.instances("conv2d_bwd_weight", "bf16")
                 if i.settings["mt"] == 4 and i.settings["nt"] == 2 and i.settings["wn"] == 2)
     assert "one would be idle" in FAMILY.applicable(four, small)
-    assert all("C/G=8 above 4" in FAMILY.applicable(i, stem(C=8))
+    assert all("C/G=6: it serves 1 to 4" in FAMILY.applicable(i, stem(C=6))
                for i in FAMILY.instances("conv2d_bwd_weight", "bf16"))
+    assert all("C/G=64" in FAMILY.applicable(i, stem(C=64, K=64))
+               for i in FAMILY.instances("conv2d_bwd_weight", "bf16"))
+    assert served(stem(C=512, K=512, G=32, H=14, W=14, R=3, S=3, pad_h=1, pad_w=1))
     assert all("K/G=60 is not a multiple of 8" in FAMILY.applicable(i, stem(K=60))
                for i in FAMILY.instances("conv2d_bwd_weight", "bf16"))
     assert served(stem(C=8, K=64, G=4, R=3, S=3, pad_h=1, pad_w=1))  # grouped, 2 channels a group
@@ -58,18 +61,19 @@ def test_rules_stems_only_and_blocks_that_leave_no_warp_idle():
         wide, ConvProblem(op="conv2d_fwd", dtype="bf16", N=1, C=3, K=8, G=1, H=8, W=8, R=3, S=3))
 
 
-def test_launches_zero_the_workspace_split_the_tiles_and_convert():
+def test_launches_split_the_tiles_into_slices_of_the_workspace_then_add_them_up():
     p = stem()
     inst = next(i for i in served(p) if i.settings["mt"] == 4 and i.settings["tp"] == 4)
-    zero, kernel, convert = FAMILY.launches(inst, p)
+    kernel, add = FAMILY.launches(inst, p)
     n = 64 * 7 * 7 * 3
-    assert zero.entry == "igemm_zero" and zero.args == ("workspace", n)
-    assert convert.entry == "igemm_reduce" and convert.args == ("workspace", "dw", n)
-    assert FAMILY.workspace_bytes(inst, p) == 4 * n
-    assert kernel.entry == "stem_bwd_weight" and kernel.args[:3] == ("x", "dy", "workspace")
     splits, per = FAMILY.splits(inst, p)
+    assert add.entry == "stem_bwd_weight_sum" and add.args == ("workspace", "dw", n, splits)
+    assert FAMILY.workspace_bytes(inst, p) == 4 * n * splits
+    assert kernel.entry == "stem_bwd_weight" and kernel.args[:3] == ("x", "dy", "workspace")
     tiles = 32 * 28 * 4  # 112 x 112 outputs in tiles of 4 x 32
     assert kernel.args[4] == per and splits == -(-tiles // per) and splits * per >= tiles
+    # one wave: no more blocks than the multiprocessors hold at once
+    assert splits <= SM_COUNT * FAMILY.blocks_per_sm(inst, p)
     assert kernel.grid == (splits, 1, 1) and splits <= SM_COUNT * 8
     assert kernel.block == (32 * inst.settings["wn"] * inst.settings["wp"], 1, 1)
     rows, row = (4 - 1) * 2 + 7, ((32 - 1) * 2 + 7) * 3
@@ -78,7 +82,15 @@ def test_launches_zero_the_workspace_split_the_tiles_and_convert():
     assert not served(grouped)
     grouped = stem(C=8, K=64, G=4, R=3, S=3, pad_h=1, pad_w=1)
     inst = served(grouped)[0]
-    assert FAMILY.launches(inst, grouped)[1].grid[1:] == (FAMILY.slices(inst.settings, grouped), 4)
+    assert FAMILY.launches(inst, grouped)[0].grid[1:] == (FAMILY.slices(inst.settings, grouped), 4)
+    # groups of 16 channels by 16-byte copies: a pixel staged with 8 more elements (banks)
+    wide = stem(N=32, C=512, K=512, G=32, H=14, W=14, R=3, S=3, stride_h=1, stride_w=1,
+                pad_h=1, pad_w=1)
+    inst = served(wide)[0]
+    rows, row = FAMILY.staged(inst.settings, wide)
+    assert row == ((inst.settings["tq"] - 1) + 3) * 24
+    kernel, _ = FAMILY.launches(inst, wide)
+    assert kernel.grid[0] * kernel.grid[2] <= SM_COUNT * FAMILY.blocks_per_sm(inst, wide)
 
 
 def test_rule_key_separates_what_the_rules_read():
@@ -89,7 +101,8 @@ def test_rule_key_separates_what_the_rules_read():
     assert key(stem()) == key(stem(N=8, H=192, W=192, K=64))
     assert key(stem()) != key(stem(K=32)) != key(stem(C=4))
     assert key(stem(R=3, S=3)) != key(stem())
-    assert key(stem(C=16)) is None and key(stem(K=60)) is None
+    assert key(stem(C=6)) is None and key(stem(K=60)) is None and key(stem(C=64)) is None
+    assert key(stem(C=16)) is not None
 
 
 def test_code_objects_compile_with_nvrtc():

@@ -38,6 +38,12 @@ EDGES = [
 WEIGHT_EDGES = EDGES + [
     dict(N=2, C=6, K=48, G=2, H=13, W=17, R=7, S=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3),
     dict(N=4, C=3, K=32, G=1, H=299, W=299, R=3, S=3, stride_h=2, stride_w=2),
+    # groups of 8 to 32 channels (the input by 16-byte copies): stride 2, 7x7 maps, 5x5
+    dict(N=2, C=64, K=64, G=4, H=15, W=13, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=3, C=512, K=512, G=32, H=14, W=14, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
+         pad_w=1),
+    dict(N=2, C=256, K=256, G=8, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=96, K=48, G=6, H=9, W=11, R=5, S=5, pad_h=2, pad_w=2),
 ]
 
 

@@ -139,11 +139,11 @@ def _stem_key(family: Any, instances: Sequence[Instance], operator: str) -> Rule
 
 
 def _stem_weight_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
-    """conv_stem_bwd_weight: the input channels a group (at most WIDEST) and K/G against the
+    """conv_stem_bwd_weight: the input channels a group (staged or copied) and K/G against the
     16-byte copies; then dw's columns (which block widths leave a warp idle or read dy more
     often than the widest), which channel tiles leave one of 16 idle, each tile's staged input
     (its shared memory), and whether the grid can exceed its limit."""
-    from kernels.conv.stem_bwd_weight import CHANNEL_STEP, WIDEST, columns
+    from kernels.conv.stem_bwd_weight import CHANNEL_STEP, columns, serves_groups_of
     from kernels.conv.stem_bwd_weight import GRID_LIMIT as Y_LIMIT
 
     mts = settings_of(instances, "mt")
@@ -151,7 +151,7 @@ def _stem_weight_key(family: Any, instances: Sequence[Instance], operator: str) 
 
     def key(p: Any) -> Hashable:
         cg, kg = p.c_per_group, p.k_per_group
-        if cg > WIDEST or kg % CHANNEL_STEP:
+        if not serves_groups_of(cg) or kg % CHANNEL_STEP:
             return None
         cols = columns(p)
         staged = tuple(rows * row for rows, row in

@@ -1,27 +1,27 @@
 // conv_stem_bwd_weight: backward-weight of convolutions with few input channels a group (the
-// stems: 1 to 4 channels in, tens out) on mma.sync (sm_80 and later, bf16 and fp16):
+// stems: 1 to 4 channels in, tens out; and groups of 8 to 32) on mma.sync (sm_80 and later,
+// bf16 and fp16):
 //   dw[g, k, r, s, c] = sum over n, oh, ow of dy[n, oh, ow, g, k] x[n, ih, iw, g, c]
 // with ih = oh stride_h - pad_h + r dil_h (and the same along w): a GEMM of
 // M = K/G output channels by N = R x S x C/G columns over a reduction of every output pixel,
-// whose operand B is an im2col of the input that no copy can fetch whole (a pixel's C/G
-// channels are 2 to 8 bytes). Each tile of TP x TQ output pixels stages dy's KC channels (the
-// grid y slice's, cp.async, zeros past the output and the group) and the input rows and columns
-// the tile reaches (element by element: rows start at any 2-byte offset), in two stages: the
-// next tile's dy copies are in flight under this tile's products, its inputs are staged after
-// them but for a first batch that waits in registers. A column's input is then at a fixed
-// offset from a pixel's, so a lane builds its B fragments from shared memory with one 16-bit
-// load an element (the pixel's address plus the column's byte offset), and A (dy^T) comes from
+// whose operand B is an im2col of the input. Each tile of TP x TQ output pixels stages dy's KC
+// channels (the grid y slice's, cp.async, zeros past the output and the group) and the input
+// rows and columns the tile reaches, in two stages: the next tile's dy copies are in flight under
+// this tile's products. With 1 to 4 channels a group no copy fetches a pixel whole (2 to 8
+// bytes): the inputs are staged element by element after the products, but for a first batch
+// that waits in registers, and a lane builds its B fragments with one 16-bit load an element
+// (the pixel's address plus the column's byte offset). With a multiple of 8 the inputs come by
+// 16-byte copies beside dy's and B by ldmatrix.trans (copy mode). A (dy^T) comes from
 // ldmatrix.trans. A warp owns the block's KC channels by NT column tiles of 8
 // (WN warps along the columns) and every WP-th 16-pixel step of a tile (WP warps along the
 // pixels); a block walks `tiles_per_split` tiles (grid x: the splits), adds its WP warps' sums
-// in shared memory and those into the fp32 workspace laid out as dw (igemm_zero first,
-// igemm_reduce converts it after, split_k.cuh).
+// in shared memory and stores those in its split's fp32 slice of the workspace (laid out as dw,
+// no atomics, nothing to zero first); stem_bwd_weight_sum adds the slices up after.
 //
 // Macros: MT (16-channel tiles a warp: KC = 16 MT), NT (8-column tiles a warp), WN and WP
 // (warps along the columns and the pixels), TP and TQ (a tile's output rows and columns, TQ a
 // power of two, TP x TQ a multiple of 16).
 #include "../mma_sync.cuh"
-#include "split_k.cuh"
 
 #ifndef MT
 #define MT 4
@@ -115,7 +115,7 @@ __device__ __forceinline__ void stage_x(u16* xs, u16 (&v)[X_ROWS][X_PIECES], con
 }
 
 // dy's tile: TILE_PIX pixels' KC channels from k0 of group g (zeros past the output and the
-// group), 16 bytes a copy, committed as one cp.async group.
+// group), 16 bytes a copy (the caller commits).
 __device__ __forceinline__ void load_dy(u16* dys, const elem_t* __restrict__ dy,
                                         const ConvParams& p, int n, int oh0, int ow0, int g,
                                         int k0) {
@@ -126,7 +126,28 @@ __device__ __forceinline__ void load_dy(u16* dys, const elem_t* __restrict__ dy,
     const elem_t* src = ok ? dy + (((long)n * p.P + oh) * p.Q + ow) * p.K + g * p.Kg + k : dy;
     cp_async16(dys + pix * DY_PITCH + ch * 8, src, ok);
   }
-  cp_async_commit();
+}
+
+// A staged input pixel's 16-bit elements: its C/G channels, and where they are a multiple of 8
+// (copied), 8 more where that makes an even number of 16-byte pieces: ldmatrix's 8 rows (pixels
+// at stride 1) then fall in distinct banks.
+__device__ __forceinline__ int pixel_pitch(int cg) {
+  return cg % 8 || (cg / 8) % 2 ? cg : cg + 8;
+}
+
+// The whole input tile by 16-byte copies, where C/G is a multiple of 8 (a pixel's channels of
+// the group are whole 16-byte pieces): the caller commits.
+__device__ __forceinline__ void copy_x(u16* xs, const XTile& t, const elem_t* __restrict__ x,
+                                       const ConvParams& p) {
+  const int pieces = p.Cg / 8, pitch = pixel_pitch(p.Cg), cols = t.xrow / pitch;
+  for (int i = threadIdx.x; i < t.xh * cols * pieces; i += THREADS) {
+    const int piece = i % pieces, col = i / pieces % cols, row = i / (pieces * cols);
+    const int ih = t.ih0 + row, iw = t.iw0 + col;
+    const bool ok = (unsigned)ih < (unsigned)p.H && (unsigned)iw < (unsigned)p.W;
+    const elem_t* src =
+        ok ? x + (((long)t.n * p.H + ih) * p.W + iw) * p.C + t.g * p.Cg + piece * 8 : x;
+    cp_async16(xs + row * t.xrow + col * pitch + piece * 8, src, ok);
+  }
 }
 
 // One 16-pixel step's products of the warp's n tiles (with SOME, its first `live` only): B's
@@ -149,6 +170,40 @@ __device__ __forceinline__ void products(float (&acc)[MT][NT][4], const u32 (&a)
   }
 }
 
+// Two 8x8 matrices transposed (lanes 0-15 give the rows' addresses).
+__device__ __forceinline__ void ldmatrix_x2_trans(u32 (&r)[2], const u16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_u32(p)));
+}
+
+// The same step where C/G is a multiple of 8 (an n tile is 8 channels of one filter tap, 16
+// bytes at each pixel's staged input): B by ldmatrix.trans, pixels as rows, two n tiles a
+// load. Lane l gives row l % 8 of pixels (l / 8 % 2) x 8 on of n tile j + l / 16: `row` is that
+// pixel's staged input and off[j] that tile's first column (bytes).
+template <bool SOME>
+__device__ __forceinline__ void products_copied(float (&acc)[MT][NT][4], const u32 (&a)[MT][4],
+                                                const char* row, const int (&off)[NT],
+                                                int live) {
+#pragma unroll
+  for (int j = 0; j < NT; j += 2) {
+    if (j + 1 < NT && (!SOME || j + 1 < live)) {
+      u32 b[4];
+      ldmatrix_x4_trans(b, reinterpret_cast<const u16*>(row + off[j]));
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma16816(acc[m][j], a[m], b[0], b[1]);
+        mma16816(acc[m][j + 1], a[m], b[2], b[3]);
+      }
+    } else if (!SOME || j < live) {
+      u32 b[2];
+      ldmatrix_x2_trans(b, reinterpret_cast<const u16*>(row + off[j]));
+#pragma unroll
+      for (int m = 0; m < MT; ++m) mma16816(acc[m][j], a[m], b[0], b[1]);
+    }
+  }
+}
+
 // The first output pixel of a tile: tiles run along the output's columns, rows, then images.
 __device__ __forceinline__ void tile_origin(const ConvParams& p, int tile, int& n, int& oh0,
                                             int& ow0) {
@@ -166,8 +221,10 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
   const int k0 = (blockIdx.y % kchunks) * KC, col0 = (blockIdx.y / kchunks) * COLS;
   const int rsc = p.R * p.S * p.Cg;
   const int xh = (TP - 1) * p.stride_h + (p.R - 1) * p.dil_h + 1;
-  const int xrow = ((TQ - 1) * p.stride_w + (p.S - 1) * p.dil_w + 1) * p.Cg;
+  const int xpix = pixel_pitch(p.Cg);
+  const int xrow = ((TQ - 1) * p.stride_w + (p.S - 1) * p.dil_w + 1) * xpix;
   const int x_u16 = (xh * xrow + 7) / 8 * 8;
+  const bool copies = p.Cg % 8 == 0;  // the input tile by 16-byte copies beside dy's
   u16* dys = smem;                         // two stages of [TILE_PIX][DY_PITCH]
   u16* xs = smem + 2 * TILE_PIX * DY_PITCH;  // two stages of x_u16
   const int tiles = p.N * ((p.P + TP - 1) / TP) * ((p.Q + TQ - 1) / TQ);
@@ -176,14 +233,16 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
   const int wn = warp % WN, wp = warp / WN;
 
   // this lane's column of each of its n tiles, as a byte offset from a pixel's staged input
+  // (copies: the first column of tile j, or of j + 1 for lanes 16 to 31, products_copied's)
   int off[NT];
   int live = 0;  // the warp's n tiles with a column of dw
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    const int tile0 = col0 + (wn * NT + j) * 8, col = tile0 + (lane >> 2);
+    const int tile0 = col0 + (wn * NT + j) * 8;
+    const int col = copies ? tile0 + (lane >> 4) * 8 : tile0 + (lane >> 2);
     live += tile0 < rsc;
     const int c = col % p.Cg, rs = col / p.Cg, r = rs / p.S, s = rs % p.S;
-    off[j] = col < rsc ? 2 * (r * p.dil_h * xrow + (s * p.dil_w) * p.Cg + c) : 0;
+    off[j] = col < rsc ? 2 * (r * p.dil_h * xrow + (s * p.dil_w) * xpix + c) : 0;
   }
   float acc[MT][NT][4];
 #pragma unroll
@@ -203,7 +262,9 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
     tile_origin(p, first, n, oh0, ow0);
     load_dy(dys, dy, p, n, oh0, ow0, g, k0);
     const XTile t = {xh, xrow, n, g, oh0 * p.stride_h - p.pad_h, ow0 * p.stride_w - p.pad_w};
-    stage_x(xs, v, t, x, p, warp, lane, 0);
+    if (copies) copy_x(xs, t, x, p);
+    cp_async_commit();
+    if (!copies) stage_x(xs, v, t, x, p, warp, lane, 0);
   }
   for (int tile = first; tile < last; ++tile) {
     // the next tile's dy by cp.async and (X_PREFETCH) the first batch of its inputs under this
@@ -217,10 +278,10 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
       load_dy(dys + (stage ^ 1) * TILE_PIX * DY_PITCH, dy, p, t.n, oh0, ow0, g, k0);
       t.ih0 = oh0 * p.stride_h - p.pad_h;
       t.iw0 = ow0 * p.stride_w - p.pad_w;
-      if (X_PREFETCH) load_batch(v, t, x, p, warp, lane);
-    } else {
-      cp_async_commit();
+      if (copies) copy_x(xs + (stage ^ 1) * x_u16, t, x, p);
+      else if (X_PREFETCH) load_batch(v, t, x, p, warp, lane);
     }
+    cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const u16* db = dys + stage * TILE_PIX * DY_PITCH;
@@ -231,19 +292,29 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
 #pragma unroll
       for (int m = 0; m < MT; ++m)
         ldmatrix_x4_trans(a[m], db + (step * 16 + a_pix) * DY_PITCH + m * 16 + a_k);
+      if (copies) {  // this lane's ldmatrix row: pixel l % 8 + (l / 8 % 2) x 8 of the step
+        const int pix = step * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const char* row = reinterpret_cast<const char*>(xb) +
+                          2 * ((pix / TQ) * p.stride_h * xrow + (pix % TQ) * p.stride_w * xpix);
+        if (live == NT)
+          products_copied<false>(acc, a, row, off, NT);
+        else
+          products_copied<true>(acc, a, row, off, live);
+        continue;
+      }
       const char* px[4];  // the step's pixels 2t, 2t + 1, 2t + 8, 2t + 9 in the staged input
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int pix = step * 16 + t2 + (e & 1) + (e >> 1) * 8;
         px[e] = reinterpret_cast<const char*>(xb) +
-                2 * ((pix / TQ) * p.stride_h * xrow + (pix % TQ) * p.stride_w * p.Cg);
+                2 * ((pix / TQ) * p.stride_h * xrow + (pix % TQ) * p.stride_w * xpix);
       }
       if (live == NT)  // every n tile of the warp has columns of dw: no test a tile
         products<false>(acc, a, px, off, NT);
       else
         products<true>(acc, a, px, off, live);
     }
-    if (next) {
+    if (next && !copies) {
       u16* xn = xs + (stage ^ 1) * x_u16;
       if (X_PREFETCH) store_batch(xn, v, t, warp, lane);
       stage_x(xn, v, t, x, p, warp, lane, X_PREFETCH);
@@ -271,9 +342,32 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
     }
     __syncthreads();
   }
-  if (first >= last) return;
+  float* slice = ws + (long)blockIdx.x * p.K * rsc;  // this split's, laid out as dw
   for (int i = threadIdx.x; i < KC * COLS; i += THREADS) {
     const int k = k0 + i / COLS, col = col0 + i % COLS;
-    if (k < p.Kg && col < rsc) atomicAdd(ws + (long)(g * p.Kg + k) * rsc + col, sums[i]);
+    if (k < p.Kg && col < rsc) slice[(long)(g * p.Kg + k) * rsc + col] = sums[i];
+  }
+}
+
+// dw = the splits' slices added up, converted. A block takes 32 consecutive entries at a time;
+// its warp w adds slices w, w + 8, ... (each warp's loads coalesced, eight sums in flight an
+// entry) and warp 0 the eight partial sums.
+extern "C" __global__ void __launch_bounds__(256)
+stem_bwd_weight_sum(const float* __restrict__ ws, elem_t* __restrict__ dw, int n, int splits) {
+  __shared__ float partial[8][33];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int first = blockIdx.x * 32; first < n; first += gridDim.x * 32) {
+    const int i = first + lane;
+    float total = 0.0f;
+    if (i < n)
+      for (int k = warp; k < splits; k += 8) total += ws[(long)k * n + i];
+    partial[warp][lane] = total;
+    __syncthreads();
+    if (warp == 0 && i < n) {
+#pragma unroll
+      for (int w = 1; w < 8; ++w) total += partial[w][lane];
+      dw[i] = from_float(total);
+    }
+    __syncthreads();
   }
 }

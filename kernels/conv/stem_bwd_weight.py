@@ -1,11 +1,13 @@
-"""conv_stem_bwd_weight: backward-weight of the stems (1 to 4 input channels a group, 8 or more
-output channels) as a GEMM on mma.sync (conv/stem_bwd_weight.cu): dw's K/G x (R x S x C/G)
-summed over every output pixel, the input's im2col built in registers from a staged tile by one
-16-bit load an element (no copy fetches a 6-byte pixel whole), dy^T by ldmatrix. A block owns
-16 mt output channels by 8 nt wn columns and walks a split of the tp x tq output tiles (two
-stages: the next tile's copies under this one's products); its wp warps along the pixels add up
-in shared memory, the splits into an fp32 workspace (igemm_zero and igemm_reduce of split_k.cuh
-around it). NVIDIA sm_80 and later, bf16 and fp16.
+"""conv_stem_bwd_weight: backward-weight of convolutions with few input channels a group (the
+stems: 1 to 4, and groups of 8 to 32) as a GEMM on mma.sync (conv/stem_bwd_weight.cu): dw's
+K/G x (R x S x C/G) summed over every output pixel, with operand B an im2col of a staged input
+tile. With 1 to 4 channels a group (no copy fetches a 6-byte pixel whole) the tile is staged
+element by element and B gathered by one 16-bit load an element; with a multiple of 8 it comes
+by 16-byte copies and B by ldmatrix.trans. dy^T by ldmatrix. A block owns 16 mt output channels
+by 8 nt wn columns and walks a split of the tp x tq output tiles (two stages: the next tile's
+copies under this one's products); its wp warps along the pixels add up in shared memory, each
+split stores its sums in its own fp32 slice of a workspace, and a second launch adds the slices
+up. NVIDIA sm_80 and later, bf16 and fp16.
 
 Configuration: `mt` (16-channel tiles a warp), `nt` (8-column tiles a warp), `wn` and `wp`
 (warps along the columns and the pixels), `tp` and `tq` (a tile's output rows and columns)."""
@@ -24,13 +26,14 @@ from kernels.family import (SM_COUNT, Instance, KernelFamily, Launch, grid_strid
 from kernels.registry import register
 
 OPERATOR = "conv2d_bwd_weight"
-WIDEST = 4  # the most input channels a group it serves (wider groups: the implicit GEMMs)
+WIDEST = 4  # the most input channels a group staged element by element
+WIDEST_COPIED = 32  # the most staged by 16-byte copies (C/G a multiple of 8; wider: the GEMMs)
 CHANNEL_STEP = 8  # K/G a multiple of it: dy's rows are copied 16 bytes at a time
 WARPS = ((1, 4), (2, 2), (4, 1), (2, 4), (4, 2))  # (wn, wp)
 NTS = (1, 2, 3, 5)
 WIDEST_BLOCK = 8 * max(NTS) * max(wn for wn, _ in WARPS)  # the most columns a block sums
 TILES = ((4, 32), (8, 16))  # (tp, tq): 128 output pixels
-SPLIT_TILES = 4  # the fewest tiles a split sums (more splits: more of the workspace's adds)
+SPLIT_TILES = 4  # the fewest tiles a split sums (more splits: more slices to add up)
 
 
 def threads(config: dict[str, Any]) -> int:
@@ -40,6 +43,18 @@ def threads(config: dict[str, Any]) -> int:
 def generate_configs() -> list[dict[str, Any]]:
     return [{"mt": mt, "nt": nt, "wn": wn, "wp": wp, "tp": tp, "tq": tq}
             for mt in (1, 2, 4) for nt in NTS for wn, wp in WARPS for tp, tq in TILES]
+
+
+def serves_groups_of(cg: int) -> bool:
+    """Whether the input's C/G channels a pixel stage: element by element, or 16 bytes a copy."""
+    return cg <= WIDEST or (cg % 8 == 0 and cg <= WIDEST_COPIED)
+
+
+def pixel_pitch(cg: int) -> int:
+    """A staged input pixel's 16-bit elements (the kernel's pixel_pitch): C/G, 8 more where C/G
+    is a multiple of 8 with an even number of 16-byte pieces (ldmatrix's rows in distinct
+    banks)."""
+    return cg if cg % 8 or (cg // 8) % 2 else cg + 8
 
 
 def columns(p: ConvProblem) -> int:
@@ -67,7 +82,7 @@ class StemBwdWeight(KernelFamily):
         """(rows, 16-bit elements a row) of a tile's staged input."""
         rows = (c["tp"] - 1) * p.stride_h + (p.R - 1) * p.dil_h + 1
         cols = (c["tq"] - 1) * p.stride_w + (p.S - 1) * p.dil_w + 1
-        return rows, cols * p.c_per_group
+        return rows, cols * pixel_pitch(p.c_per_group)
 
     def shared_bytes(self, instance: Instance, p: ConvProblem) -> int:
         """Two stages of dy's tile and the staged input (16-bit), or the block's sums (fp32)
@@ -96,11 +111,11 @@ class StemBwdWeight(KernelFamily):
         return _cdiv(p.k_per_group, 16 * c["mt"]) * _cdiv(columns(p), 8 * c["nt"] * c["wn"])
 
     def splits(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
-        """(splits, tiles a split): the resident blocks over the slices and groups, each split
-        at least SPLIT_TILES tiles."""
+        """(splits, tiles a split): as many as the resident blocks over the slices and groups
+        (one wave), each split at least SPLIT_TILES tiles."""
         c = instance.settings
         tiles = self.tiles(c, p)
-        want = _cdiv(SM_COUNT * self.blocks_per_sm(instance, p), self.slices(c, p) * p.G)
+        want = SM_COUNT * self.blocks_per_sm(instance, p) // (self.slices(c, p) * p.G)
         per = _cdiv(tiles, max(1, min(want, _cdiv(tiles, SPLIT_TILES))))
         return _cdiv(tiles, per), per
 
@@ -109,9 +124,9 @@ class StemBwdWeight(KernelFamily):
         other = self.other_problem(instance, p)
         if other:
             return other
-        if p.c_per_group > WIDEST:
-            return (f"C/G={p.c_per_group} above {WIDEST}: the implicit GEMMs serve wider "
-                    "groups")
+        if not serves_groups_of(p.c_per_group):
+            return (f"C/G={p.c_per_group}: it serves 1 to {WIDEST} input channels a group, or "
+                    f"multiples of 8 up to {WIDEST_COPIED} (the implicit GEMMs, wider groups)")
         if p.k_per_group % CHANNEL_STEP:
             return (f"K/G={p.k_per_group} is not a multiple of {CHANNEL_STEP} (dy's rows are "
                     "copied 16 bytes at a time)")
@@ -134,18 +149,18 @@ class StemBwdWeight(KernelFamily):
         return None
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
-        return 4 * problem.tensor_elements()["weight"]
+        """A split's fp32 slice of dw each."""
+        return 4 * problem.tensor_elements()["weight"] * self.splits(instance, problem)[0]
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem
         splits, per = self.splits(instance, p)
         n = p.tensor_elements()["weight"]
-        small = (grid_stride_blocks(n, 256), 1, 1)
-        return [Launch("igemm_zero", small, (256, 1, 1), ("workspace", n)),
-                Launch("stem_bwd_weight", (splits, self.slices(c, p), p.G), (threads(c), 1, 1),
+        return [Launch("stem_bwd_weight", (splits, self.slices(c, p), p.G), (threads(c), 1, 1),
                        ("x", "dy", "workspace", conv_params(p), per),
                        self.shared_bytes(instance, p)),
-                Launch("igemm_reduce", small, (256, 1, 1), ("workspace", "dw", n))]
+                Launch("stem_bwd_weight_sum", (grid_stride_blocks(n, 32), 1, 1), (256, 1, 1),
+                       ("workspace", "dw", n, splits))]
 
 
 FAMILY = register(StemBwdWeight())
