@@ -135,18 +135,39 @@ __device__ __forceinline__ int pixel_pitch(int cg) {
   return cg % 8 || (cg / 8) % 2 ? cg : cg + 8;
 }
 
+// Copy mode: where a thread's 16-byte copies of the input tile fall, as (row, column, piece)
+// of the tile: its first (from threadIdx.x) and how far THREADS copies on move, so that a tile's
+// copies need no division.
+struct CopyWalk {
+  int row, col, piece;     // this thread's first copy
+  int drow, dcol, dpiece;  // THREADS copies on
+  int cols, pieces, total;
+};
+
+__device__ __forceinline__ CopyWalk copy_walk(int xh, int cols, int pieces) {
+  const int per_row = cols * pieces;
+  const int i = threadIdx.x, d = THREADS;
+  return {i / per_row, i / pieces % cols, i % pieces, d / per_row, d / pieces % cols,
+          d % pieces, cols, pieces, xh * per_row};
+}
+
 // The whole input tile by 16-byte copies, where C/G is a multiple of 8 (a pixel's channels of
 // the group are whole 16-byte pieces): the caller commits.
-__device__ __forceinline__ void copy_x(u16* xs, const XTile& t, const elem_t* __restrict__ x,
-                                       const ConvParams& p) {
-  const int pieces = p.Cg / 8, pitch = pixel_pitch(p.Cg), cols = t.xrow / pitch;
-  for (int i = threadIdx.x; i < t.xh * cols * pieces; i += THREADS) {
-    const int piece = i % pieces, col = i / pieces % cols, row = i / (pieces * cols);
+__device__ __forceinline__ void copy_x(u16* xs, const XTile& t, const CopyWalk& w,
+                                       const elem_t* __restrict__ x, const ConvParams& p) {
+  const int pitch = pixel_pitch(p.Cg);
+  const elem_t* image = x + (long)t.n * p.H * p.W * p.C + t.g * p.Cg;
+  int row = w.row, col = w.col, piece = w.piece;
+  for (int i = threadIdx.x; i < w.total; i += THREADS) {
     const int ih = t.ih0 + row, iw = t.iw0 + col;
     const bool ok = (unsigned)ih < (unsigned)p.H && (unsigned)iw < (unsigned)p.W;
-    const elem_t* src =
-        ok ? x + (((long)t.n * p.H + ih) * p.W + iw) * p.C + t.g * p.Cg + piece * 8 : x;
+    const elem_t* src = ok ? image + (ih * p.W + iw) * p.C + piece * 8 : x;
     cp_async16(xs + row * t.xrow + col * pitch + piece * 8, src, ok);
+    piece += w.dpiece;  // the next copy: THREADS on, one carry a digit at most
+    col += w.dcol;
+    row += w.drow;
+    if (piece >= w.pieces) piece -= w.pieces, ++col;
+    if (col >= w.cols) col -= w.cols, ++row;
   }
 }
 
@@ -225,6 +246,7 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
   const int xrow = ((TQ - 1) * p.stride_w + (p.S - 1) * p.dil_w + 1) * xpix;
   const int x_u16 = (xh * xrow + 7) / 8 * 8;
   const bool copies = p.Cg % 8 == 0;  // the input tile by 16-byte copies beside dy's
+  const CopyWalk walk = copy_walk(xh, xrow / xpix, copies ? p.Cg / 8 : 1);
   u16* dys = smem;                         // two stages of [TILE_PIX][DY_PITCH]
   u16* xs = smem + 2 * TILE_PIX * DY_PITCH;  // two stages of x_u16
   const int tiles = p.N * ((p.P + TP - 1) / TP) * ((p.Q + TQ - 1) / TQ);
@@ -262,7 +284,7 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
     tile_origin(p, first, n, oh0, ow0);
     load_dy(dys, dy, p, n, oh0, ow0, g, k0);
     const XTile t = {xh, xrow, n, g, oh0 * p.stride_h - p.pad_h, ow0 * p.stride_w - p.pad_w};
-    if (copies) copy_x(xs, t, x, p);
+    if (copies) copy_x(xs, t, walk, x, p);
     cp_async_commit();
     if (!copies) stage_x(xs, v, t, x, p, warp, lane, 0);
   }
@@ -278,7 +300,7 @@ stem_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
       load_dy(dys + (stage ^ 1) * TILE_PIX * DY_PITCH, dy, p, t.n, oh0, ow0, g, k0);
       t.ih0 = oh0 * p.stride_h - p.pad_h;
       t.iw0 = ow0 * p.stride_w - p.pad_w;
-      if (copies) copy_x(xs + (stage ^ 1) * x_u16, t, x, p);
+      if (copies) copy_x(xs + (stage ^ 1) * x_u16, t, walk, x, p);
       else if (X_PREFETCH) load_batch(v, t, x, p, warp, lane);
     }
     cp_async_commit();
