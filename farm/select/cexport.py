@@ -51,7 +51,7 @@ from farm.select.trees import LeafMasks, Split, Tree, leaf_masks, nan_left, pars
 
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _HELPERS = ("cdiv", "fdiv", "vmin", "vmax")
-GROUP = 8  # trees whose leaves are added in one pass over the candidates
+GROUP = 16  # trees whose leaves are added in one pass over the candidates
 LANES = 8  # candidate loops cover whole multiples of this, so that they vectorise without tails
 _DEBRUIJN = 0x03F79D71B4CB0A89
 
@@ -186,11 +186,12 @@ def _masked_tree(tree: LeafMasks, cols: _Columns, count: int, j: int
 
 def _block(number: int, trees: Sequence[int], tests: Sequence[str | None]) -> str:
     """block{number}(): the interaction `tests` of masked trees `trees` once per class of
-    candidates (X's columns 0..classes), then for candidates idx[0..live) their exit leaves
-    (shape, fixed and their class's masks), whose values are added to the sums in tree order."""
-    lines = [f"      T[{j}][i] = {test};" for j, test in enumerate(tests) if test]
+    candidates (X's columns 0..classes), ANDed with the trees' shape masks there, then for
+    candidates idx[0..live) their exit leaves (the fixed masks and their class's, or the shape's
+    where a tree tests no interaction), whose values are added to the sums in tree order."""
+    lines = [f"      T[{j}][i] = s[{j}] & {test};" for j, test in enumerate(tests) if test]
     loop = (*VECTOR_LOOP[:-1], f"{VECTOR_LOOP[-1]} {{", *lines, "    }") if lines else ()
-    exits = [f"s[{j}] & fixed[{j}]" + (f" & T[{j}][u]" if test else "")
+    exits = [f"fixed[{j}] & T[{j}][u]" if test else f"s[{j}] & fixed[{j}]"
              for j, test in enumerate(tests)]
     return "\n".join([
         f"VECTOR_CLONES static void block{number}(double X[restrict NX][NP], "
