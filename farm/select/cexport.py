@@ -581,7 +581,7 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #define GUARD_DEPTH {guard_depth if guard_depth > 1 else 0}  /* the best this many: safe first */
 #define REFERENCE_OF(c) {"REFERENCE[c]" if fields else "0"}
 /* all ones where the test passes, else the mask that clears the left subtree's leaves */
-#define KEEP(test, keep) ((test) ? ~UINT64_C(0) : (keep))
+#define KEEP(test, keep) ((keep) | (UINT64_C(0) - (uint64_t)(test)))
 /* GCC: floor and ceil as vector instructions too (values unchanged: no trap is relied on) */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
