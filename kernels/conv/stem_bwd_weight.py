@@ -45,16 +45,20 @@ def generate_configs() -> list[dict[str, Any]]:
             for mt in (1, 2, 4) for nt in NTS for wn, wp in WARPS for tp, tq in TILES]
 
 
+def copied(cg: int) -> bool:
+    """Whether a pixel's C/G input channels are whole 16-byte pieces (the kernel's copy mode)."""
+    return cg % 8 == 0
+
+
 def serves_groups_of(cg: int) -> bool:
     """Whether the input's C/G channels a pixel stage: element by element, or 16 bytes a copy."""
-    return cg <= WIDEST or (cg % 8 == 0 and cg <= WIDEST_COPIED)
+    return cg <= WIDEST or (copied(cg) and cg <= WIDEST_COPIED)
 
 
 def pixel_pitch(cg: int) -> int:
     """A staged input pixel's 16-bit elements (the kernel's pixel_pitch): C/G, 8 more where C/G
-    is a multiple of 8 with an even number of 16-byte pieces (ldmatrix's rows in distinct
-    banks)."""
-    return cg if cg % 8 or (cg // 8) % 2 else cg + 8
+    is copied in an even number of 16-byte pieces (ldmatrix's rows in distinct banks)."""
+    return cg + 8 if copied(cg) and (cg // 8) % 2 == 0 else cg
 
 
 def columns(p: ConvProblem) -> int:
