@@ -22,8 +22,8 @@ def served(p):
 
 
 def test_configurations_bf16_and_fp16_only_on_sm80_and_later():
-    assert len(FAMILY.instances("conv2d_bwd_weight", "bf16")) == 120
-    assert len(FAMILY.instances("conv2d_bwd_weight", "fp16")) == 120
+    assert len(FAMILY.instances("conv2d_bwd_weight", "bf16")) == 180
+    assert len(FAMILY.instances("conv2d_bwd_weight", "fp16")) == 180
     assert FAMILY.instances("conv2d_bwd_weight", "fp32") == []
     assert FAMILY.instances("conv2d_fwd", "bf16") == []
     assert FAMILY.unsupported_target("sm_90a") is None
@@ -91,6 +91,19 @@ def test_launches_split_the_tiles_into_slices_of_the_workspace_then_add_them_up(
     assert row == ((inst.settings["tq"] - 1) + 3) * 24
     kernel, _ = FAMILY.launches(inst, wide)
     assert kernel.grid[0] * kernel.grid[2] <= SM_COUNT * FAMILY.blocks_per_sm(inst, wide)
+
+
+def test_small_tiles_only_where_no_larger_one_covers_the_map_as_tightly():
+    small = [i for i in FAMILY.instances("conv2d_bwd_weight", "bf16")
+             if (i.settings["tp"], i.settings["tq"]) == (8, 8)]
+    seven = stem(C=1024, K=1024, G=32, H=7, W=7, R=3, S=3, stride_h=1, stride_w=1, pad_h=1,
+                 pad_w=1)
+    fourteen = stem(C=512, K=512, G=32, H=14, W=14, R=3, S=3, stride_h=1, stride_w=1, pad_h=1,
+                    pad_w=1)
+    assert any(FAMILY.applicable(i, seven) is None for i in small)
+    for p in (fourteen, stem()):  # refused: by this rule where no earlier one speaks
+        reasons = [FAMILY.applicable(i, p) for i in small]
+        assert None not in reasons and any("larger tiles cover it" in r for r in reasons)
 
 
 def test_rule_key_separates_what_the_rules_read():

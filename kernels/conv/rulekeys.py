@@ -142,8 +142,9 @@ def _stem_weight_key(family: Any, instances: Sequence[Instance], operator: str) 
     """conv_stem_bwd_weight: the input channels a group (staged or copied) and K/G against the
     16-byte copies; then dw's columns (which block widths leave a warp idle or read dy more
     often than the widest), which channel tiles leave one of 16 idle, each tile's staged input
-    (its shared memory), and whether the grid can exceed its limit."""
-    from kernels.conv.stem_bwd_weight import CHANNEL_STEP, columns, serves_groups_of
+    (its shared memory), whether the grid can exceed its limit, and which tiles a larger one
+    covers with no more padding."""
+    from kernels.conv.stem_bwd_weight import CHANNEL_STEP, columns, outgrown, serves_groups_of
     from kernels.conv.stem_bwd_weight import GRID_LIMIT as Y_LIMIT
 
     mts = settings_of(instances, "mt")
@@ -157,7 +158,8 @@ def _stem_weight_key(family: Any, instances: Sequence[Instance], operator: str) 
         staged = tuple(rows * row for rows, row in
                        (family.staged({"tp": tp, "tq": tq}, p) for tp, tq in tiles))
         return (cg, cols, tuple(16 * (mt - 1) >= kg for mt in mts), staged, p.G > Y_LIMIT,
-                kg if -(-kg // 16) * cols > Y_LIMIT else None)
+                kg if -(-kg // 16) * cols > Y_LIMIT else None,
+                tuple(outgrown(tp, tq, p) for tp, tq in tiles))
     return key
 
 

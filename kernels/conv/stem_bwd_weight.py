@@ -32,7 +32,7 @@ CHANNEL_STEP = 8  # K/G a multiple of it: dy's rows are copied 16 bytes at a tim
 WARPS = ((1, 4), (2, 2), (4, 1), (2, 4), (4, 2))  # (wn, wp)
 NTS = (1, 2, 3, 5)
 WIDEST_BLOCK = 8 * max(NTS) * max(wn for wn, _ in WARPS)  # the most columns a block sums
-TILES = ((4, 32), (8, 16))  # (tp, tq): 128 output pixels
+TILES = ((4, 32), (8, 16), (8, 8))  # (tp, tq): 128 output pixels, or 64 for small maps
 SPLIT_TILES = 4  # the fewest tiles a split sums (more splits: more slices to add up)
 
 
@@ -59,6 +59,13 @@ def pixel_pitch(cg: int) -> int:
     """A staged input pixel's 16-bit elements (the kernel's pixel_pitch): C/G, 8 more where C/G
     is copied in an even number of 16-byte pieces (ldmatrix's rows in distinct banks)."""
     return cg + 8 if copied(cg) and (cg // 8) % 2 == 0 else cg
+
+
+def outgrown(tp: int, tq: int, p: ConvProblem) -> bool:
+    """Whether a larger tile of TILES covers the output map with no more padded pixels."""
+    def padded(h: int, w: int) -> int:
+        return _cdiv(p.P, h) * h * _cdiv(p.Q, w) * w
+    return any(h * w > tp * tq and padded(h, w) <= padded(tp, tq) for h, w in TILES)
 
 
 def columns(p: ConvProblem) -> int:
@@ -97,11 +104,16 @@ class StemBwdWeight(KernelFamily):
         return max(tile, 4 * 16 * c["mt"] * 8 * c["nt"] * c["wn"])
 
     def blocks_per_sm(self, instance: Instance, p: ConvProblem) -> int:
-        """Shared memory, threads, and registers estimated from the accumulators and A
-        fragments (and about 40 more)."""
+        """Shared memory, threads, and registers: the accumulators and A fragments and about
+        90 more (100 in 256-thread blocks, which have no launch bound on their blocks; NVRTC,
+        sm_90: 116 to 190 a thread), at least 112, rounded up to the allocation's 8, and for
+        128-thread blocks at most the launch bound's three blocks a multiprocessor allow."""
         c = instance.settings
-        regs = 4 * c["mt"] * (c["nt"] + 1) + c["nt"] + 40
         t = threads(c)
+        regs = max(112, 4 * c["mt"] * (c["nt"] + 1) + c["nt"] + (90 if t == 128 else 100))
+        regs = -(-regs // 8) * 8
+        if t == 128:
+            regs = min(regs, SM_REGISTERS // (3 * t) // 8 * 8)
         return max(1, min(SM_SHARED // (self.shared_bytes(instance, p) + 1024), 2048 // t,
                           SM_REGISTERS // (t * regs)))
 
@@ -144,6 +156,9 @@ class StemBwdWeight(KernelFamily):
         if c["mt"] > 1 and 16 * (c["mt"] - 1) >= p.k_per_group:
             return (f"mt={c['mt']} tiles of 16 output channels for K/G={p.k_per_group}: one "
                     "would be idle")
+        if outgrown(c["tp"], c["tq"], p):
+            return (f"tiles of {c['tp']}x{c['tq']} outputs on a {p.P}x{p.Q} map: larger tiles "
+                    "cover it with no more padding")
         smem = self.shared_bytes(instance, p)
         if smem > SMEM_OPT_IN:
             return (f"the tiles need {smem // 1024} KiB of shared memory, above "
