@@ -23,8 +23,9 @@ Selector, each shape once, in order) and how many masks the shapes needed are re
 With --other-candidates RULE, a second model of the same data whose
 candidates another rule keeps (farm.select.train.kept_candidates) is timed in the same rounds,
 C and Python. Each model's anatomy: the allowed candidates per shape, its trees, and the
-interactions computed and tested per candidate. Writes bench/results/select_latency.json
-(--name, --out).
+interactions computed and tested per candidate. Every model is trained before any timing
+(training uses every core allowed); with --core N each timing runs on core N alone. Writes
+bench/results/select_latency.json (--name, --out) after each operator.
 
 Usage: python -m bench.select_latency --recording jobs/recordings/h100-*.parquet
            [--ops conv2d_fwd ...] [--baseline-rev 9ab08c5 [--baseline-file cexport.py]]
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -62,6 +64,7 @@ CURRENT = "this checkout"
 PRUNED = "this checkout, pruned"
 EVERY = "this checkout, every candidate allowed"
 OTHER = "this checkout, the other candidate rule's model"
+NOTE = "one shape per call on one core; no GPU involved"
 
 
 def module_at(rev: str, path: str, folder: Path, text: str | None = None):
@@ -215,13 +218,16 @@ def main() -> None:
     parser.add_argument("--no-resources", action="store_true",
                         help="no registers or shared memory from the compile cache")
     parser.add_argument("--rounds-of-timing", type=int, default=3)
+    parser.add_argument("--core", type=int, default=None,
+                        help="time on this core alone (training uses every core allowed)")
     parser.add_argument("--name", default="select_latency")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     config = TrainConfig(rounds=args.rounds, learning_rate=args.learning_rate,
                          keep_within=args.keep_within, candidates=args.candidates,
                          covers=args.covers)
-    figures: dict = {"operators": {}, "baseline_rev": args.baseline_rev}
+    figures: dict = {"operators": {}, "baseline_rev": args.baseline_rev, "core": args.core}
+    cores = os.sched_getaffinity(0)
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         old = (generator_at(args.baseline_rev, folder, args.baseline_file.read_text()
@@ -233,9 +239,15 @@ def main() -> None:
         from farm.recording import import_recording
         for path in args.recording:
             import_recording(store, path)
+        trained = {}  # every model first, so that no training runs beside a timing
         for op in args.ops:
+            start = time.perf_counter()
             data = load_dataset(store, op, args.arch, args.dtype, resources=resources)
-            model = train(data, config)
+            trained[op] = data, train(data, config), (
+                train(data, replace(config, candidates=args.other_candidates))
+                if args.other_candidates else None)
+            print(f"{op}: trained in {time.perf_counter() - start:.0f} s", flush=True)
+        for op, (data, model, other_model) in trained.items():
             files = bundle_files(model)
             files[C_FILE] = c_files(files)[C_FILE]
             prefix = symbol_prefix(model.operator, model.arch, model.dtype)
@@ -249,6 +261,8 @@ def main() -> None:
             if old is not None:
                 sources[baseline] = export_with(old.c_source, files, "baseline")
             shapes = query_shapes(data, args.shapes)
+            if args.core is not None:
+                os.sched_setaffinity(0, {args.core})
             fresh = first_sight(Selector(files, "c"), shapes)
             selector = Selector(files, "c")
             masks = [selector.allowed(p) for p in shapes]
@@ -257,7 +271,6 @@ def main() -> None:
             given[EVERY] = [[True] * len(model.catalogue)] * len(shapes)
             other = None
             if args.other_candidates:  # the same operator's model of another candidate rule
-                other_model = train(data, replace(config, candidates=args.other_candidates))
                 other_files = bundle_files(other_model)
                 other_files[C_FILE] = sources[OTHER] = c_files(other_files)[C_FILE]
                 other = Selector(other_files, "c")
@@ -315,6 +328,7 @@ def main() -> None:
                     "trees": other_model.metrics["trees"], "kind": other_model.kind,
                     "anatomy": anatomy(sources[OTHER], given[OTHER])}
             figures["operators"][op] = entry
+            os.sched_setaffinity(0, cores)
             line = " | ".join(f"{n} p50 {t['p50_us']:.1f} us p99 {t['p99_us']:.1f} us"
                               for n, t in timed.items())
             before = entry.get("python_selector_baseline")
@@ -335,9 +349,8 @@ def main() -> None:
                   + (f" | other rule: {entry['other_candidates']}, Python p50 "
                      f"{medians['python_selector_other_candidates']['p50_us']:.1f} us"
                      if other is not None else ""), flush=True)
+            write_cpu_result(args.name, NOTE, figures, args.out)  # after each: a cut run keeps it
         store.engine.dispose()
-    write_cpu_result(args.name, "one shape per call on one core; no GPU involved", figures,
-                     args.out)
 
 
 if __name__ == "__main__":
