@@ -64,13 +64,28 @@ class TensorMap:
     """A Hopper tensor map (TMA descriptor) over a named buffer, built on the host when the
     launch is prepared and passed by value: `dims` innermost first, in 16-bit elements;
     `strides` in bytes, of dims[1:]; `box` the elements one copy moves; `swizzle` 128 (the
-    128-byte swizzle) or 0 (none); zeros where the box leaves the tensor."""
+    128-byte swizzle) or 0 (none); zeros where the box leaves the tensor. With `im2col` the map
+    is of an [N][H][W][C] tensor in im2col mode: `box` is (channels a pixel, pixels a copy)."""
 
     buffer: str
     dims: tuple[int, ...]
     strides: tuple[int, ...]
     box: tuple[int, ...]
     swizzle: int = 128
+    im2col: Im2col | None = None
+
+
+@dataclass(frozen=True)
+class Im2col:
+    """A tensor map's im2col mode (Hopper): a copy walks `box[1]` pixels of the bounding box
+    of window origins, W fastest, then H, then N, `strides` (W, H) apart, and brings each
+    one's `box[0]` channels at the origin plus the copy's filter-tap offsets; zeros outside the
+    tensor. The box spans [lower, size - 1 + upper] along W and H (`lower` and `upper` as
+    (W, H), each within [-128, 127])."""
+
+    lower: tuple[int, int]
+    upper: tuple[int, int]
+    strides: tuple[int, int] = (1, 1)
 
 
 class KernelFamily(abc.ABC):
@@ -194,5 +209,6 @@ def grid_stride_blocks(elements: int, block: int, sm_count: int = 132, per_sm: i
     return max(1, min((elements + block - 1) // block, sm_count * per_sm))
 
 
-__all__ = ["Config", "Instance", "KernelFamily", "Launch", "grid_stride_blocks",
+__all__ = ["Config", "Im2col", "Instance", "KernelFamily", "Launch", "TensorMap",
+           "grid_stride_blocks",
            "refuse_below_sm"]

@@ -76,3 +76,47 @@ def test_every_split_instance_is_right(worker, op, dtype):
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in SPLIT_EDGES]
     failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_split"], problems)
     assert not failures, "\n".join(failures[:40])
+
+
+# conv_wgmma_im2col: channels reduced over in whole 64-channel k-tiles; the im2col map's
+# window at its edges: padding on both sides and none, stride 2 and 3 on odd sizes, H != W,
+# R != S, dilation, 7x7 taps, groups of 64 channels, output channels not multiples of 64,
+# maps smaller than a tile (the walk crossing images) and more tiles than blocks.
+IM2COL_EDGES = [
+    dict(N=2, C=64, K=64, G=1, H=8, W=8, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=3, C=128, K=72, G=1, H=13, W=11, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=64, K=192, G=1, H=17, W=15, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+    dict(N=2, C=128, K=64, G=1, H=12, W=10, R=3, S=3, dil_h=2, dil_w=2, pad_h=2, pad_w=2),
+    dict(N=2, C=128, K=144, G=2, H=9, W=7, R=3, S=1, pad_h=1),
+    dict(N=1, C=64, K=128, G=1, H=31, W=29, R=7, S=7, stride_h=2, stride_w=2, pad_h=3, pad_w=3),
+    dict(N=5, C=192, K=64, G=1, H=7, W=5, R=1, S=3, pad_w=1),
+    dict(N=2, C=64, K=64, G=1, H=11, W=14, R=3, S=3),
+    dict(N=3, C=64, K=40, G=1, H=16, W=16, R=2, S=2, stride_h=2, stride_w=2),
+    dict(N=2, C=128, K=128, G=1, H=22, W=20, R=5, S=5, stride_h=3, stride_w=3, pad_h=2, pad_w=2),
+    dict(N=4, C=256, K=512, G=1, H=14, W=14, R=1, S=1, stride_h=2, stride_w=2),
+    dict(N=8, C=64, K=128, G=1, H=56, W=56, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=512, K=512, G=1, H=4, W=4, R=3, S=3, pad_h=1, pad_w=1),
+    # split reductions: a few tiles over long reductions, groups, a ragged last slice
+    dict(N=1, C=1024, K=1024, G=1, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=768, K=3072, G=1, H=7, W=7, R=1, S=1),
+    dict(N=1, C=1024, K=512, G=2, H=5, W=6, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=3, C=576, K=1344, G=1, H=7, W=7, R=1, S=1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data"])
+def test_every_im2col_instance_is_right(worker, op, dtype):
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in IM2COL_EDGES]
+    problems += [ConvProblem(op=op, dtype=dtype, **shape) for shape in EDGES
+                 if shape["C"] // shape["G"] % 64 == 0 and shape["K"] // shape["G"] % 64 == 0]
+    failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_im2col"], problems,
+                               must_serve=im2col_serves)
+    assert not failures, "\n".join(failures[:40])
+
+
+def im2col_serves(family: str, p: ConvProblem) -> bool:
+    """Forward serves every edge (C/G a multiple of 64 each), backward-data those of stride 1
+    with K/G a multiple of 64."""
+    return p.op == "conv2d_fwd" or ((p.stride_h, p.stride_w) == (1, 1)
+                                     and p.k_per_group % 64 == 0)

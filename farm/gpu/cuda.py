@@ -280,24 +280,32 @@ class CudaDevice(Device):
         return _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
 
     def tensor_map(self, pointer: int, spec: Any) -> bytes:
-        """cuTensorMapEncodeTiled: 16-bit elements, the spec's swizzle (128 bytes or none),
-        zeros out of bounds."""
+        """cuTensorMapEncodeTiled (or, with spec.im2col, cuTensorMapEncodeIm2col): 16-bit
+        elements, the spec's swizzle (128 bytes or none), zeros out of bounds."""
         rank, u64, u32 = len(spec.dims), driver.cuuint64_t, driver.cuuint32_t
         swizzles = driver.CUtensorMapSwizzle
         mode = (swizzles.CU_TENSOR_MAP_SWIZZLE_128B if spec.swizzle
                 else swizzles.CU_TENSOR_MAP_SWIZZLE_NONE)
-        try:
-            result = driver.cuTensorMapEncodeTiled(
-                driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, pointer,
-                [u64(d) for d in spec.dims], [u64(s) for s in spec.strides],
-                [u32(b) for b in spec.box], [u32(1)] * rank,
-                driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-                mode,
+        dtype = driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+        dims, strides = [u64(d) for d in spec.dims], [u64(s) for s in spec.strides]
+        tail = (driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, mode,
                 driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        im2col = spec.im2col
+        call = "cuTensorMapEncodeIm2col" if im2col else "cuTensorMapEncodeTiled"
+        try:
+            if im2col:  # element strides: 1 along C and N, the window's along W and H
+                steps = [u32(1), *(u32(s) for s in im2col.strides), u32(1)]
+                result = driver.cuTensorMapEncodeIm2col(
+                    dtype, rank, pointer, dims, strides, list(im2col.lower),
+                    list(im2col.upper), spec.box[0], spec.box[1], steps, *tail)
+            else:
+                result = driver.cuTensorMapEncodeTiled(
+                    dtype, rank, pointer, dims, strides, [u32(b) for b in spec.box],
+                    [u32(1)] * rank, *tail)
         except (TypeError, ValueError, OverflowError) as exc:  # a field out of its type's range
-            raise GpuError(LAUNCH_REJECTED, f"cuTensorMapEncodeTiled {spec}: {exc}") from exc
-        tmap = _check(result, f"cuTensorMapEncodeTiled {spec}", unknown=LAUNCH_REJECTED)
+            raise GpuError(LAUNCH_REJECTED, f"{call} {spec}: {exc}") from exc
+        tmap = _check(result, f"{call} {spec}", unknown=LAUNCH_REJECTED)
         return struct.pack("<16Q", *(int(word) for word in tmap.opaque))
 
     def launch(self, function: Any, grid: Sequence[int], block: Sequence[int],

@@ -61,6 +61,40 @@ def _wgmma_split_key(family: Any, instances: Sequence[Instance], operator: str) 
     return key
 
 
+def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_wgmma_im2col: whether the im2col copies serve the shape, conv_wgmma's key, and for
+    the split instances per tile and occupancy whether the slices that make the fewest waves
+    come to one (the rule that leaves the shape to the unsplit ones)."""
+    from kernels.conv.igemm import GRID_Z_LIMIT
+    from kernels.conv.wgmma import blocks_per_sm
+    from kernels.conv.wgmma_im2col import im2col_refusal, slices
+    from kernels.conv.wgmma_split import reduction_k_tiles
+
+    whole = [i for i in instances if i.settings["split_k"]]
+    split = [i for i in instances if not i.settings["split_k"]]
+    classes = sorted({(i.settings["block_m"], i.settings["block_n"],
+                       SM_COUNT * blocks_per_sm(i.settings)) for i in split})
+    rows_of = family.gemm_rows
+    keys = []
+    for chosen in (whole, split):
+        if not chosen:
+            continue
+        base = _gemm_key(family, chosen, operator)
+
+        def key(p: Any, base: Callable[[Any], Hashable] = base,
+                splitting: bool = chosen is split) -> Hashable:
+            out = (im2col_refusal(p) is None, base(p))
+            if not splitting or not out[0]:
+                return out
+            z, k_tiles, (rows, n) = family.unsplit_z(p), reduction_k_tiles(p), (rows_of(p),
+                                                                                 p.gemm[1])
+            return out + (tuple(slices(z * -(-rows // bm) * -(-n // bn), resident, k_tiles,
+                                       GRID_Z_LIMIT // z) == 1
+                                for bm, bn, resident in classes),)
+        keys.append((chosen, key))
+    return keys
+
+
 def _direct_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_direct: depthwise or grouped and the widths' residues against vec and kpt, the
     filter (square or not), stride, and the most channels a thread's taps fit in shared memory
@@ -170,4 +204,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_grouped_mma_bwd_weight": _grouped_mma_key, "conv_dw_tma": _dw_tma_key,
     "conv_dw_tma_bwd_weight": _dw_tma_key, "conv_dw_tc_bwd_weight": _dw_tma_key,
     "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
+    "conv_wgmma_im2col": _wgmma_im2col_key,
 }
