@@ -1,9 +1,10 @@
-// conv_wgmma_im2col: conv_wgmma's three directions (wgmma.cu, included whole with TMA 2 through
-// wgmma_split.cu: its producers, consumers, stages and epilogues, and conv_wgmma_split's slices
-// of the reduction) with the gathered operand brought by Hopper's im2col bulk tensor copies
-// instead of 128 producer threads' cp.async: one thread issues each k-tile's copies of both
-// operands, which complete on the stage's mbarrier; the tensor map walks the window origins and
-// fills zeros for the padding (conv/wgmma_im2col.py builds it).
+// conv_wgmma_im2col: conv_wgmma's forward and stride-1 backward-data (wgmma.cu, included whole
+// with TMA 2 through wgmma_split.cu: its producers, consumers, stages and epilogues, and
+// conv_wgmma_split's slices of the reduction) with the gathered operand brought
+// by Hopper's im2col bulk tensor copies instead of 128 producer threads' cp.async: one thread
+// issues, per k-tile, one copy of the A tile (BLOCK_M pixels' 64 channels of one filter tap)
+// and the weight's, both completing on the stage's mbarrier; the tensor map walks the window
+// origins and fills zeros for the padding (conv/wgmma_im2col.py builds it).
 //  - forward: A = x, rows m = (n, oh, ow), window origin (oh sh - ph, ow sw - pw), the k-tile's
 //    tap (r, s) as the copy's offsets (s dw, r dh); 64 channels of one tap a k-tile (C/G a
 //    multiple of 64); the weight [K][R S C/G] as conv_wgmma's tma 1 reads it.
@@ -11,8 +12,6 @@
 //    A = dy, rows m = (n, h, w) of dx, window origin (h + ph - (R-1) dh, w + pw - (S-1) dw) and
 //    tap (r, s) at offsets ((S-1-s) dw, (R-1-r) dh); 64 output channels of one tap a k-tile
 //    (K/G a multiple of 64); the weight [K][R][S][C/G] read MN-major as conv_wgmma's tma 1 does.
-//  - backward-weight: B = x, the k-tile's 64 output pixels' windows offset by each 64-column
-//    block's tap (C/G a multiple of 64), MN-major; A = dy as [NPQ][K], MN-major.
 // The *_split entries split the reduction where the output tiles leave the GPU idle (slice z /
 // G of the grid takes k-tiles [slice kt_per_split, + kt_per_split)) and end it as
 // conv_wgmma_split does: fp32 sums added into the zeroed workspace, the last slice of a tile
@@ -28,13 +27,9 @@ extern "C" __global__ void wgmma_fwd_im2col_split(const elem_t*, const elem_t*, 
                                                   ConvParams, int, int, int) {}
 extern "C" __global__ void wgmma_bwd_data_im2col_split(const elem_t*, const elem_t*, elem_t*,
                                                        float*, ConvParams, int, int, int) {}
-extern "C" __global__ void wgmma_bwd_weight_im2col(const elem_t*, const elem_t*, elem_t*,
-                                                   ConvParams) {}
-extern "C" __global__ void wgmma_bwd_weight_im2col_split(const elem_t*, const elem_t*, elem_t*,
-                                                         float*, ConvParams, int, int, int) {}
 #else
-#if TMA != 2
-#error "conv_wgmma_im2col: both operands by tensor maps (TMA 2)"
+#if TMA != 2 || IGEMM_OP == 2
+#error "conv_wgmma_im2col: forward or backward-data, both operands by tensor maps (TMA 2)"
 #endif
 
 namespace ig {
@@ -78,7 +73,7 @@ struct Direction {
     return Window(m0, p.P, p.Q, p.stride_h, p.stride_w, -p.pad_h, -p.pad_w);
   }
   __device__ __forceinline__ void copy(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                       const Window& o, int, int n0, int kt, unsigned char* a,
+                                       const Window& o, int n0, int kt, unsigned char* a,
                                        unsigned char* b, u64* bar) const {
     const int kk = kt * BK, tap = kk / p.Cg, r = tap / p.S, s = tap - r * p.S;
     tma_im2col_4d(a, tmap_a, g * p.Cg + kk - tap * p.Cg, o.w, o.h, o.n, s * p.dil_w,
@@ -86,9 +81,8 @@ struct Direction {
     sm90_tma_2d(b, tmap_b, kk, g * p.Kg + n0, bar);  // BN rows, 64 columns
   }
   __device__ __forceinline__ int row_offset(int m) const { return m * p.K + g * p.Kg; }
-  __device__ __forceinline__ long out_elements() const { return (long)rows * p.K; }
 };
-#elif IGEMM_OP == 1
+#else
 // Backward-data's GEMM (stride 1): rows (n, h, w) of dx, columns the group's C/G inputs,
 // k-tiles (r, s, k); A = dy's window at (h + ph - (R-1) dh, w + pw - (S-1) dw) offset by the
 // reversed tap, B = w as [K][R][S][Cg], 64 k by 64 c a block.
@@ -102,7 +96,7 @@ struct Direction {
                   p.pad_w - (p.S - 1) * p.dil_w);
   }
   __device__ __forceinline__ void copy(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                       const Window& o, int, int n0, int kt, unsigned char* a,
+                                       const Window& o, int n0, int kt, unsigned char* a,
                                        unsigned char* b, u64* bar) const {
     const int kk = kt * BK, tap = kk / p.Kg, k = kk - tap * p.Kg, r = tap / p.S;
     const int s = tap - r * p.S;
@@ -113,36 +107,6 @@ struct Direction {
       sm90_tma_4d(b + c * MN_BLOCK_BYTES, tmap_b, n0 + 64 * c, s, r, g * p.Kg + k, bar);
   }
   __device__ __forceinline__ int row_offset(int m) const { return m * p.C + g * p.Cg; }
-  __device__ __forceinline__ long out_elements() const { return (long)rows * p.C; }
-};
-#else
-// Backward-weight's GEMM: rows the group's K/G outputs, columns (r, s, c), k-tiles of 64 output
-// pixels (n, oh, ow); A = dy as [NPQ][K], 64 pixels by 64 k a block; B = x's window at the
-// k-tile's pixels offset by the column block's tap (a block of 64 columns is 64 channels of
-// one tap; a block past R S C/G reads the last one again, its sums never stored).
-struct Direction {
-  int rows, cols, k_tiles, g;
-  const ConvParams& p;
-  __device__ __forceinline__ Direction(const ConvParams& p_, int g_)
-      : rows(p_.Kg), cols(p_.Cg * p_.R * p_.S), k_tiles((p_.N * p_.P * p_.Q + BK - 1) / BK),
-        g(g_), p(p_) {}
-  __device__ __forceinline__ Window window(int) const { return Window(0, 1, 1, 0, 0, 0, 0); }
-  __device__ __forceinline__ void copy(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                       const Window&, int m0, int n0, int kt, unsigned char* a,
-                                       unsigned char* b, u64* bar) const {
-#pragma unroll
-    for (int c = 0; c < BM / 64; ++c)
-      sm90_tma_2d(a + c * MN_BLOCK_BYTES, tmap_a, g * p.Kg + m0 + 64 * c, kt * BK, bar);
-    const Window o(kt * BK, p.P, p.Q, p.stride_h, p.stride_w, -p.pad_h, -p.pad_w);
-#pragma unroll
-    for (int c = 0; c < BN / 64; ++c) {
-      const int col = min(n0 + 64 * c, cols - 64), tap = col / p.Cg, r = tap / p.S;
-      tma_im2col_4d(b + c * MN_BLOCK_BYTES, tmap_b, g * p.Cg + col - tap * p.Cg, o.w, o.h, o.n,
-                    (tap - r * p.S) * p.dil_w, r * p.dil_h, bar);
-    }
-  }
-  __device__ __forceinline__ int row_offset(int m) const { return (g * p.Kg + m) * cols; }
-  __device__ __forceinline__ long out_elements() const { return (long)p.K * cols; }
 };
 #endif
 
@@ -170,14 +134,15 @@ __device__ __forceinline__ void im2col_tiles(elem_t* __restrict__ out, float* __
       const Window o = d.window(m0);
       produce(stages, bars, la, lb, kt0, kt1, step, [&](int kt, unsigned char* a,
                                                         unsigned char* b, u64* bar) {
-        d.copy(tmap_a, tmap_b, o, m0, n0, kt, a, b, bar);
+        d.copy(tmap_a, tmap_b, o, n0, kt, a, b, bar);
       });
     }
     produce_end(step);
     return;
   }
   const int total = tiles.mine * (kt1 - kt0);
-  int* counters = reinterpret_cast<int*>(ws + d.out_elements()) + d.g * tiles_stride;
+  int* counters = reinterpret_cast<int*>(ws + (long)d.rows * (IGEMM_OP == 0 ? p.K : p.C)) +
+                  d.g * tiles_stride;
   const auto row = [&](int m) { return d.row_offset(m); };
   for (int i = 0; i < tiles.mine; ++i) {
     tiles.origin(i, m0, n0);
@@ -206,7 +171,7 @@ wgmma_fwd_im2col_split(const elem_t* __restrict__ x, const elem_t* __restrict__ 
                        int kt_per_split, int splits, int tiles_stride MAPS) {
   ig::im2col_tiles<true>(y, ws, p, kt_per_split, splits, tiles_stride, tmap_a, tmap_b);
 }
-#elif IGEMM_OP == 1
+#else
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 wgmma_bwd_data_im2col(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
                       elem_t* __restrict__ dx, ConvParams p MAPS) {
@@ -218,19 +183,6 @@ wgmma_bwd_data_im2col_split(const elem_t* __restrict__ dy, const elem_t* __restr
                             elem_t* __restrict__ dx, float* __restrict__ ws, ConvParams p,
                             int kt_per_split, int splits, int tiles_stride MAPS) {
   ig::im2col_tiles<true>(dx, ws, p, kt_per_split, splits, tiles_stride, tmap_a, tmap_b);
-}
-#else
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-wgmma_bwd_weight_im2col(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                        elem_t* __restrict__ dw, ConvParams p MAPS) {
-  ig::im2col_tiles<false>(dw, nullptr, p, 0, 1, 0, tmap_a, tmap_b);
-}
-
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-wgmma_bwd_weight_im2col_split(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                              elem_t* __restrict__ dw, float* __restrict__ ws, ConvParams p,
-                              int kt_per_split, int splits, int tiles_stride MAPS) {
-  ig::im2col_tiles<true>(dw, ws, p, kt_per_split, splits, tiles_stride, tmap_a, tmap_b);
 }
 #endif
 #endif

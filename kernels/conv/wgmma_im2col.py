@@ -1,9 +1,8 @@
-"""conv_wgmma_im2col: conv_wgmma's forward, stride-1 backward-data and backward-weight with the
-gathered operand (x, dy, x) brought by Hopper's im2col bulk tensor copies
-(conv/wgmma_im2col.cu): one thread issues both operands' copies a k-tile, where conv_wgmma's
-producer warpgroup gathers one of them by cp.async. A copy brings 64 channels of one filter tap,
-so the channels it reads (C/G forward and backward-weight, K/G backward-data) are a multiple of
-64; the im2col map's bounding box corners
+"""conv_wgmma_im2col: conv_wgmma's forward and stride-1 backward-data with the gathered operand
+(x, or dy) brought by Hopper's im2col bulk tensor copies (conv/wgmma_im2col.cu): one thread
+issues both operands' copies a k-tile, where conv_wgmma's producer warpgroup gathers one of
+them by cp.async. A k-tile is 64 channels of one filter tap, so the channels it reduces over
+(C/G forward, K/G backward-data) are a multiple of 64; the im2col map's bounding box corners
 (about the padding and the filter's reach) fit its [-128, 127] and the stride its 1 to 8.
 Configurations: conv_wgmma's tiles and pipelines, and `split_k`: 1, or 0 for the slices of
 the reduction that make the fewest waves of resident blocks (`slices`; 64-row consumers, the
@@ -22,19 +21,19 @@ from kernels.conv.wgmma_split import MIN_SLICE_K_TILES, WgmmaSplitConv, reductio
 from kernels.family import Im2col, Instance, Launch, TensorMap, grid_stride_blocks
 from kernels.registry import register
 
-OPERATORS = ("conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight")
+OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
 CORNER = (-128, 127)  # an im2col map's corner offsets, 4D tensors
 MAX_STRIDE = 8  # an im2col map's element strides
-MAX_SLICES = {"conv2d_fwd": 16, "conv2d_bwd_data": 16, "conv2d_bwd_weight": 128}  # dw is small
+MAX_SLICES = 16
 SLICE_COST = 0.1  # a split's fp32 sums and zeroing, as a share of the unsplit waves' time
 
 
-def slices(blocks: int, resident: int, reduction: int, most: int) -> int:
-    """The slices of a reduction of `reduction` k-tiles that run `blocks` output tiles (every
-    grid z) in the least time on `resident` blocks at once: waves of whole-length work
-    ceil(blocks x slices / resident) / slices, a split SLICE_COST dearer; each slice at least
-    MIN_SLICE_K_TILES long, at most `most` (the grid's z and the operator's MAX_SLICES)."""
-    top = max(1, min(most, reduction // MIN_SLICE_K_TILES))
+def slices(blocks: int, resident: int, k_tiles: int, most: int) -> int:
+    """The slices of a reduction of `k_tiles` that run `blocks` output tiles (every grid z) in
+    the least time on `resident` blocks at once: waves of whole-length work ceil(blocks x
+    slices / resident) / slices, a split SLICE_COST dearer; each slice at least
+    MIN_SLICE_K_TILES long, at most `most` (the grid's z) and MAX_SLICES."""
+    top = max(1, min(MAX_SLICES, most, k_tiles // MIN_SLICE_K_TILES))
     return min(range(1, top + 1), key=lambda s: (
         -(-blocks * s // resident) / s * (1 + SLICE_COST * (s > 1)), s))
 
@@ -50,11 +49,10 @@ def image_map(name: str, channels: int, width: int, height: int, images: int, ro
 
 
 def window(p: ConvProblem) -> Im2col:
-    """The im2col bounding box of the gathered operand's window origins, (W, H) order: forward
-    and backward-weight, the origins (o stride - pad) of the P x Q outputs in x; backward-data
-    (stride 1), those (i + pad - (R-1) dil) of the H x W inputs in dy, which the reversed taps
-    offset."""
-    if p.op != "conv2d_bwd_data":
+    """The im2col bounding box of the A operand's window origins, (W, H) order: forward, the
+    origins (o stride - pad) of the P x Q outputs in x; backward-data (stride 1), those
+    (i + pad - (R-1) dil) of the H x W inputs in dy, which the reversed taps offset."""
+    if p.op == "conv2d_fwd":
         return Im2col(lower=(-p.pad_w, -p.pad_h),
                       upper=((p.Q - 1) * p.stride_w - p.pad_w - (p.W - 1),
                              (p.P - 1) * p.stride_h - p.pad_h - (p.H - 1)),
@@ -63,25 +61,16 @@ def window(p: ConvProblem) -> Im2col:
     return Im2col(lower=(shift_w, shift_h), upper=(p.W - p.Q + shift_w, p.H - p.P + shift_h))
 
 
-def k_tiles(p: ConvProblem) -> int:
-    """The reduction's k-tiles of 64: (r, s, c) forward, (r, s, k) backward-data (stride 1),
-    output pixels backward-weight."""
-    if p.op == "conv2d_bwd_weight":
-        return _cdiv(p.N * p.P * p.Q, BLOCK_K)
-    return reduction_k_tiles(p)
-
-
 def im2col_refusal(p: ConvProblem) -> str | None:
-    """Why the im2col copies cannot serve the shape (whatever the instance), or None: 64
-    channels of one tap a copy, 16-byte stores, stride 1 in backward-data, the map's limits."""
-    copied, stored = {"conv2d_fwd": ("Cg", "Kg"), "conv2d_bwd_data": ("Kg", "Cg"),
-                      "conv2d_bwd_weight": ("Cg", "Kg")}[p.op]
+    """Why the im2col copies cannot serve the shape (whatever the instance), or None: a k-tile
+    of 64 channels of one tap, 16-byte stores, stride 1 in backward-data, the map's limits."""
+    reduced, stored = (("Cg", "Kg") if p.op == "conv2d_fwd" else ("Kg", "Cg"))
     value = {"Cg": p.c_per_group, "Kg": p.k_per_group}
-    if value[copied] % BLOCK_K:
-        return (f"{copied}={value[copied]} is not a multiple of {BLOCK_K} (a copy brings "
+    if value[reduced] % BLOCK_K:
+        return (f"{reduced}={value[reduced]} is not a multiple of {BLOCK_K} (a k-tile is "
                 f"{BLOCK_K} channels of one filter tap)")
     if value[stored] % 8:
-        return f"{stored}={value[stored]} is not a multiple of 8 (16-byte copies and stores)"
+        return f"{stored}={value[stored]} is not a multiple of 8 (16-byte stores)"
     if p.op == "conv2d_bwd_data" and (p.stride_h, p.stride_w) != (1, 1):
         return "backward-data by im2col copies runs stride 1 only"
     if max(p.stride_h, p.stride_w) > MAX_STRIDE:
@@ -109,26 +98,21 @@ class WgmmaIm2colConv(WgmmaSplitConv):
         consumers have 64 rows (conv_wgmma_split's)."""
         if operator not in OPERATORS:
             return []
-        tiles = {tuple((k, v) for k, v in c.items() if k not in ("tma", "split_k",
-                                                                  "fused_reduce")): None
-                 for c in generate_configs(operator) if c["tma"] == 2 and c["producers"] == 1}
-        return [{**dict(c), "split_k": split} for split in (1, 0) for c in tiles
-                if split or dict(c)["wg_m"] == 64]
-
-    def unsplit_z(self, p: ConvProblem) -> int:
-        """The groups (backward-data's stride residues: one, at stride 1)."""
-        return p.G * (p.stride_h * p.stride_w if p.op == "conv2d_bwd_data" else 1)
+        tiles = [{k: v for k, v in c.items() if k != "tma"}
+                 for c in generate_configs(operator) if c["tma"] == 2 and c["producers"] == 1]
+        return [{**c, "split_k": split} for split in (1, 0) for c in tiles
+                if split or c["wg_m"] == 64]
 
     def splits(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
         """(slices, k-tiles a slice): one, or where split_k is 0 those of `slices`."""
-        total = k_tiles(p)
+        k_tiles = reduction_k_tiles(p)
         if instance.settings["split_k"]:
-            return 1, total
+            return 1, k_tiles
         z = self.unsplit_z(p)
         wanted = slices(self.tiles(instance, p) * z, SM_COUNT * blocks_per_sm(instance.settings),
-                        total, min(MAX_SLICES[p.op], GRID_Z_LIMIT // z))
-        per = _cdiv(total, wanted)
-        return _cdiv(total, per), per
+                        k_tiles, GRID_Z_LIMIT // z)
+        per = _cdiv(k_tiles, wanted)
+        return _cdiv(k_tiles, per), per
 
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
         """conv_wgmma's rules with the im2col copies'; a split instance refuses the shapes
@@ -138,13 +122,9 @@ class WgmmaIm2colConv(WgmmaSplitConv):
         return super().applicable(instance, problem)
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
-        """Split: the output's fp32 sums and an int counter per tile of every group."""
-        p = problem
         if instance.settings["split_k"]:
             return 0
-        out = p.tensor_elements()[{"conv2d_fwd": "output", "conv2d_bwd_data": "input",
-                                   "conv2d_bwd_weight": "weight"}[p.op]]
-        return 4 * (out + self.unsplit_z(p) * self.tiles(instance, p))
+        return super().workspace_bytes(instance, problem)
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
         """conv_wgmma's, with TMA 2 (both operands by tensor maps) and no SPLIT_K (a launch
@@ -157,12 +137,8 @@ class WgmmaIm2colConv(WgmmaSplitConv):
 
     @staticmethod
     def tensor_maps(instance: Instance, p: ConvProblem) -> tuple[TensorMap, ...]:
-        """A's map, then B's (the kernel's parameter order): the gathered operand's in im2col
-        mode, the other as conv_wgmma's tma 1 reads it."""
+        """(A's im2col map, the weight's map), the kernel's parameter order."""
         bm, bn = instance.settings["block_m"], instance.settings["block_n"]
-        if p.op == "conv2d_bwd_weight":
-            return (TensorMap("dy", (p.K, p.N * p.P * p.Q), (2 * p.K,), (BLOCK_K, BLOCK_K)),
-                    image_map("x", p.C, p.W, p.H, p.N, BLOCK_K, window(p)))
         if p.op == "conv2d_fwd":
             crs = p.c_per_group * p.R * p.S
             return (image_map("x", p.C, p.W, p.H, p.N, bm, window(p)),
@@ -174,10 +150,8 @@ class WgmmaIm2colConv(WgmmaSplitConv):
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem
-        entry, operands = {"conv2d_fwd": ("wgmma_fwd_im2col", ("x", "w", "y")),
-                           "conv2d_bwd_data": ("wgmma_bwd_data_im2col", ("dy", "w", "dx")),
-                           "conv2d_bwd_weight": ("wgmma_bwd_weight_im2col", ("x", "dy", "dw"))
-                           }[p.op]
+        entry, operands = (("wgmma_fwd_im2col", ("x", "w", "y")) if p.op == "conv2d_fwd"
+                           else ("wgmma_bwd_data_im2col", ("dy", "w", "dx")))
         grid, block = self.grid(instance, p), (threads(c), 1, 1)
         maps = self.tensor_maps(instance, p)
         if c["split_k"]:
