@@ -210,5 +210,4 @@ def grid_stride_blocks(elements: int, block: int, sm_count: int = 132, per_sm: i
 
 
 __all__ = ["Config", "Im2col", "Instance", "KernelFamily", "Launch", "TensorMap",
-           "grid_stride_blocks",
-           "refuse_below_sm"]
+           "grid_stride_blocks", "refuse_below_sm"]

@@ -86,11 +86,10 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
             out = (im2col_refusal(p) is None, base(p))
             if not splitting or not out[0]:
                 return out
-            z, k_tiles, (rows, n) = family.unsplit_z(p), reduction_k_tiles(p), (rows_of(p),
-                                                                                 p.gemm[1])
-            return out + (tuple(slices(z * -(-rows // bm) * -(-n // bn), resident, k_tiles,
-                                       GRID_Z_LIMIT // z) == 1
-                                for bm, bn, resident in classes),)
+            z, k_tiles, rows, n = family.unsplit_z(p), reduction_k_tiles(p), rows_of(p), p.gemm[1]
+            return out + (tuple(
+                slices(z * -(-rows // bm) * -(-n // bn), resident, k_tiles, GRID_Z_LIMIT // z) == 1
+                for bm, bn, resident in classes),)
         keys.append((chosen, key))
     return keys
 
