@@ -196,6 +196,18 @@ def _stem_weight_key(family: Any, instances: Sequence[Instance], operator: str) 
     return key
 
 
+def _pointwise_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_pointwise: whether the shape is a pointwise layer with channels of whole 16-byte
+    copies, and the channels rounded to 16 (which decide each configuration's shared memory)."""
+    from kernels.conv.pointwise import VECTOR, channels, is_pointwise, round16
+
+    def key(p: Any) -> Hashable:
+        if not is_pointwise(p) or p.C % VECTOR or p.K % VECTOR:
+            return None
+        return tuple(round16(v) for v in channels(p))
+    return key
+
+
 # family name -> its key's maker (family, the catalogue's instances of it, operator)
 KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_igemm": _gemm_key, "conv_wgmma": _gemm_key, "conv_wgmma_split": _wgmma_split_key,
@@ -203,5 +215,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_grouped_mma_bwd_weight": _grouped_mma_key, "conv_dw_tma": _dw_tma_key,
     "conv_dw_tma_bwd_weight": _dw_tma_key, "conv_dw_tc_bwd_weight": _dw_tma_key,
     "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
-    "conv_wgmma_im2col": _wgmma_im2col_key,
+    "conv_wgmma_im2col": _wgmma_im2col_key, "conv_pointwise": _pointwise_key,
 }
