@@ -12,17 +12,10 @@
 // warp-private buffer to 16-byte stores of whole rows (a chunk's outputs are one contiguous
 // run of memory). No barrier but __syncwarp after the weight is in.
 //
-// Backward-weight (CONV_OP 2), dw[k][c] = sum_m dy[m][k] x[m][c]: grid y is dw's tiles of TK x
-// TC, grid x the blocks that split the pixels; a warp streams its chunks' dy and x columns of
-// the tile the same way and holds the tile's fp32 sums (both operands by ldmatrix.trans: the
-// pixels are the reduction), the block's warps add theirs in shared memory and the block
-// writes its part to the workspace; pointwise_weight_sum adds the parts into dw.
-//
-// Macros: CONV_OP (0 forward, 1 backward-data, 2 backward-weight), WARPS, ROWS (pixels a chunk,
-// a multiple of 32), COLS (output channels a pass over a chunk: 32, 64 or 128; more take more
-// passes), TK and TC (backward-weight's tile), STAGES (2 to 4). Dynamic shared memory
-// (conv/pointwise.py): the weight NC16 x (J16 + 8) u16, then per warp STAGES x ROWS x
-// (J16 + 8) and ROWS x (NC16 + 8) u16; backward-weight per warp STAGES x ROWS x (TK + TC + 16).
+// Macros: CONV_OP (0 forward, 1 backward-data), WARPS, ROWS (pixels a chunk, a multiple of
+// 32), COLS (output channels a pass over a chunk: 32, 64 or 128; more take more passes),
+// STAGES (2 to 4). Dynamic shared memory (conv/pointwise.py): the weight NC16 x (J16 + 8)
+// u16, then per warp STAGES x ROWS x (J16 + 8) and ROWS x (NC16 + 8) u16.
 #include "../mma_sync.cuh"
 
 #ifndef CONV_OP
@@ -37,32 +30,20 @@
 #ifndef COLS
 #define COLS 64
 #endif
-#ifndef TK
-#define TK 32
-#endif
-#ifndef TC
-#define TC 32
-#endif
 #ifndef STAGES
 #define STAGES 3
 #endif
 #if ROWS % 32 || COLS % 16 || STAGES < 2 || STAGES > 4
 #error "conv_pointwise: ROWS a multiple of 32, COLS of 16, 2 <= STAGES <= 4"
 #endif
-#if CONV_OP == 2 && (TK % 16 || TC % 16)
-#error "conv_pointwise: backward-weight's tile TK x TC in multiples of 16"
-#endif
-// Accumulators a thread, and the blocks a multiprocessor must hold by registers (ACC and 48
-// more; conv/pointwise.py sizes the persistent grid by the same count)
-#define ACC (CONV_OP == 2 ? TK * TC / 32 : COLS)
-#define MIN_BLOCKS (65536 / (32 * WARPS * (ACC + 48)))
+// The blocks a multiprocessor must hold by registers (COLS accumulators a thread and 48 more;
+// conv/pointwise.py sizes the persistent grid by the same count)
+#define MIN_BLOCKS (65536 / (32 * WARPS * (COLS + 48)))
 
 #if FARM_DTYPE == 0
 // No fp32 path on the matrix units: fp32 instances are not generated.
 extern "C" __global__ void conv2d_fwd(const elem_t*, const elem_t*, elem_t*, ConvParams) {}
 extern "C" __global__ void conv2d_bwd_data(const elem_t*, const elem_t*, elem_t*, ConvParams) {}
-extern "C" __global__ void conv2d_bwd_weight(const elem_t*, const elem_t*, float*, ConvParams) {}
-extern "C" __global__ void pointwise_weight_sum(const float*, elem_t*, ConvParams, int) {}
 #else
 
 namespace pw {
@@ -96,18 +77,17 @@ __device__ __forceinline__ void load_weight(u16* wsm, const elem_t* __restrict__
   __syncthreads();
 }
 
-// One chunk's rows [m0, m0 + ROWS) of `in` ([M][ld]), columns [col0, col0 + width), into a
-// stage (pitch `pitch`), 16 bytes a copy, zeros past M and past ld (up to width rounded to 16).
+// One chunk's rows [m0, m0 + ROWS) of `in` ([M][J]) into a stage (pitch jp), 16 bytes a copy,
+// zeros past M and past J (up to J16).
 __device__ __forceinline__ void load_chunk(u16* stage, const elem_t* __restrict__ in, long m0,
-                                           long M, int ld, int col0, int width, int pitch) {
-  const int lane = threadIdx.x & 31, per_row = round16(width) / 8;
+                                           long M, int J, int jp) {
+  const int lane = threadIdx.x & 31, per_row = round16(J) / 8;
   const int step_rows = 32 / per_row, step_cols = 32 - step_rows * per_row;
   int row = lane / per_row, col = lane - row * per_row;
   for (int q = lane; q < ROWS * per_row; q += 32) {
     const long m = m0 + row;
-    const int c = col0 + col * 8;
-    const bool ok = m < M && c < ld;
-    cp_async16(stage + row * pitch + col * 8, in + (ok ? m * ld + c : 0), ok);
+    const bool ok = m < M && col * 8 < J;
+    cp_async16(stage + row * jp + col * 8, in + (ok ? m * J + col * 8 : 0), ok);
     row += step_rows;
     col += step_cols;
     if (col >= per_row) {
@@ -194,7 +174,7 @@ __device__ __forceinline__ void stream(const elem_t* __restrict__ in,
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {  // the first chunks' copies under the weight's
     const long c = first + s * step;
-    if (c < chunks) load_chunk(stages + s * ROWS * jp, in, c * ROWS, M, J, 0, J, jp);
+    if (c < chunks) load_chunk(stages + s * ROWS * jp, in, c * ROWS, M, J, jp);
     cp_async_commit();
   }
   load_weight(wsm, w, J, NC, jp);
@@ -202,8 +182,7 @@ __device__ __forceinline__ void stream(const elem_t* __restrict__ in,
   for (long c = first; c < chunks; c += step) {
     const long ahead = c + (STAGES - 1) * step;
     const int s_ahead = (s + STAGES - 1) % STAGES;
-    if (ahead < chunks)
-      load_chunk(stages + s_ahead * ROWS * jp, in, ahead * ROWS, M, J, 0, J, jp);
+    if (ahead < chunks) load_chunk(stages + s_ahead * ROWS * jp, in, ahead * ROWS, M, J, jp);
     cp_async_commit();
     cp_async_wait<STAGES - 1>();
     __syncwarp();
@@ -216,93 +195,6 @@ __device__ __forceinline__ void stream(const elem_t* __restrict__ in,
   cp_async_wait<0>();
 }
 
-
-// Backward-weight: one chunk's sums into the warp's tile, 16 pixels a k-step. A = dy^T (rows
-// k, the pixels along k16) and B = x (pixels by channels c) both from their row-major stages
-// by ldmatrix.trans.
-struct WeightAcc {
-  float c[TK / 16][TC / 8][4];
-};
-
-__device__ __forceinline__ void weight_chunk(WeightAcc& acc, const u16* dys, const u16* xs) {
-  constexpr int DP = TK + 8, XP = TC + 8;
-  const int lane = threadIdx.x & 31, i = lane & 7, j = lane >> 3;
-#pragma unroll
-  for (int ms = 0; ms < ROWS / 16; ++ms) {
-    u32 b[TC / 16][4];
-#pragma unroll
-    for (int cj = 0; cj < TC / 16; ++cj)
-      ldmatrix_x4_trans(b[cj], xs + (16 * ms + i + (j & 1) * 8) * XP + 16 * cj + (j >> 1) * 8);
-#pragma unroll
-    for (int ki = 0; ki < TK / 16; ++ki) {
-      u32 a[4];
-      ldmatrix_x4_trans(a, dys + (16 * ms + i + (j >> 1) * 8) * DP + 16 * ki + (j & 1) * 8);
-#pragma unroll
-      for (int cj = 0; cj < TC / 16; ++cj) {
-        mma16816(acc.c[ki][2 * cj], a, b[cj][0], b[cj][1]);
-        mma16816(acc.c[ki][2 * cj + 1], a, b[cj][2], b[cj][3]);
-      }
-    }
-  }
-}
-
-__device__ __forceinline__ void weight_stream(const elem_t* __restrict__ x,
-                                              const elem_t* __restrict__ dy,
-                                              float* __restrict__ ws, const ConvParams& p) {
-  extern __shared__ __align__(16) u16 smem[];
-  constexpr int DP = TK + 8, XP = TC + 8, STAGE = ROWS * (DP + XP);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int c_tiles = (p.C + TC - 1) / TC, k0 = blockIdx.y / c_tiles * TK;
-  const int c0 = (blockIdx.y - blockIdx.y / c_tiles * c_tiles) * TC;
-  const long M = (long)p.N * p.H * p.W, chunks = (M + ROWS - 1) / ROWS;
-  u16* stages = smem + warp * STAGES * STAGE;
-  auto load = [&](int s, long c) {
-    load_chunk(stages + s * STAGE, dy, c * ROWS, M, p.K, k0, TK, DP);
-    load_chunk(stages + s * STAGE + ROWS * DP, x, c * ROWS, M, p.C, c0, TC, XP);
-  };
-  const long first = (long)blockIdx.x * WARPS + warp, step = (long)gridDim.x * WARPS;
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (first + s * step < chunks) load(s, first + s * step);
-    cp_async_commit();
-  }
-  WeightAcc acc;
-#pragma unroll
-  for (int ki = 0; ki < TK / 16; ++ki)
-#pragma unroll
-    for (int nb = 0; nb < TC / 8; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc.c[ki][nb][e] = 0.0f;
-  int s = 0;
-  for (long c = first; c < chunks; c += step) {
-    const long ahead = c + (STAGES - 1) * step;
-    if (ahead < chunks) load((s + STAGES - 1) % STAGES, ahead);
-    cp_async_commit();
-    cp_async_wait<STAGES - 1>();
-    __syncwarp();
-    weight_chunk(acc, stages + s * STAGE, stages + s * STAGE + ROWS * DP);
-    __syncwarp();
-    s = s + 1 == STAGES ? 0 : s + 1;
-  }
-  cp_async_wait<0>();
-  // the block's warps add their tiles in shared memory (over the stages, now free)
-  __syncthreads();
-  float* red = reinterpret_cast<float*>(smem);
-  for (int e = threadIdx.x; e < TK * TC; e += blockDim.x) red[e] = 0.0f;
-  __syncthreads();
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int ki = 0; ki < TK / 16; ++ki)
-#pragma unroll
-    for (int nb = 0; nb < TC / 8; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        atomicAdd(red + (16 * ki + g + (e >> 1) * 8) * TC + 8 * nb + 2 * t + (e & 1),
-                  acc.c[ki][nb][e]);
-  __syncthreads();
-  float* part = ws + ((long)blockIdx.y * gridDim.x + blockIdx.x) * (TK * TC);
-  for (int e = threadIdx.x; e < TK * TC; e += blockDim.x) part[e] = red[e];
-}
 }  // namespace pw
 
 #if CONV_OP == 0
@@ -311,37 +203,11 @@ conv2d_fwd(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* _
            ConvParams p) {
   pw::stream(x, w, y, p, p.C, p.K);
 }
-#elif CONV_OP == 1
+#else
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)
 conv2d_bwd_data(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
                 elem_t* __restrict__ dx, ConvParams p) {
   pw::stream(dy, w, dx, p, p.K, p.C);
-}
-#else
-extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)
-conv2d_bwd_weight(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                  float* __restrict__ ws, ConvParams p) {
-  pw::weight_stream(x, dy, ws, p);
-}
-
-// dw's tile blockIdx.y: 32 of its elements a block, the `parts` blocks' sums split over the
-// eight warps, then added in shared memory.
-extern "C" __global__ void __launch_bounds__(256)
-pointwise_weight_sum(const float* __restrict__ ws, elem_t* __restrict__ dw, ConvParams p,
-                     int parts) {
-  __shared__ float sums[8][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, e = blockIdx.x * 32 + lane;
-  const float* tile = ws + (long)blockIdx.y * parts * (TK * TC);
-  float v = 0.0f;
-  if (e < TK * TC)
-    for (int b = warp; b < parts; b += 8) v += __ldcg(tile + (long)b * (TK * TC) + e);
-  sums[warp][lane] = v;
-  __syncthreads();
-  if (warp || e >= TK * TC) return;
-  for (int w = 1; w < 8; ++w) v += sums[w][lane];
-  const int c_tiles = (p.C + TC - 1) / TC, ty = blockIdx.y / c_tiles;
-  const int k = ty * TK + e / TC, c = (blockIdx.y - ty * c_tiles) * TC + e % TC;
-  if (k < p.K && c < p.C) dw[(long)k * p.C + c] = from_float(v);
 }
 #endif
 

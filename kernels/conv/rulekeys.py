@@ -198,8 +198,7 @@ def _stem_weight_key(family: Any, instances: Sequence[Instance], operator: str) 
 
 def _pointwise_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_pointwise: whether the shape is a pointwise layer with channels of whole 16-byte
-    copies, and the channels rounded to 16 (which decide each configuration's shared memory,
-    and backward-weight's tiles of dw)."""
+    copies, and the channels rounded to 16 (which decide each configuration's shared memory)."""
     from kernels.conv.pointwise import VECTOR, channels, is_pointwise, round16
 
     def key(p: Any) -> Hashable:
