@@ -1,5 +1,5 @@
-"""conv_pointwise on a GPU: every instance against the reference on edge shapes, forward and
-backward-data (skipped where there is no GPU)."""
+"""conv_pointwise and conv_pointwise_cluster on a GPU: every instance against the reference on
+edge shapes, forward and backward-data (skipped where there is no GPU)."""
 
 import pytest
 
@@ -38,4 +38,26 @@ def worker():
 def test_every_pointwise_instance_is_right(worker, op, dtype):
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in EDGES]
     failures = verify_on_edges(worker, op, dtype, ["conv_pointwise"], problems)
+    assert not failures, "\n".join(failures[:40])
+
+
+# Few pixels and long reductions (conv_pointwise_cluster): the squeeze-and-excitation layers'
+# 1x1 maps at N = 32, 8 and 1, reductions not a multiple of the 64-wide chunk, fewer chunks than
+# the cluster's blocks, output channels not a multiple of the tile's, pixels not a multiple of
+# the tile's rows, and a 7x7 map.
+FEW_PIXELS = [
+    dict(N=32, C=48, K=1152, G=1, H=1, W=1, R=1, S=1),
+    dict(N=8, C=240, K=960, G=1, H=1, W=1, R=1, S=1),
+    dict(N=1, C=1152, K=48, G=1, H=1, W=1, R=1, S=1),
+    dict(N=32, C=8, K=64, G=1, H=1, W=1, R=1, S=1),
+    dict(N=3, C=136, K=200, G=1, H=1, W=1, R=1, S=1),
+    dict(N=2, C=960, K=160, G=1, H=7, W=7, R=1, S=1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data"])
+def test_every_pointwise_cluster_instance_is_right(worker, op, dtype):
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in FEW_PIXELS]
+    failures = verify_on_edges(worker, op, dtype, ["conv_pointwise_cluster"], problems)
     assert not failures, "\n".join(failures[:40])

@@ -55,6 +55,15 @@ def is_pointwise(p: ConvProblem) -> bool:
     return (p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.G) == (1, 1, 1, 1, 0, 0, 1)
 
 
+def pointwise_refusal(p: ConvProblem) -> str | None:
+    """Why `p` is not a pointwise layer with channels of whole 16-byte copies, or None."""
+    if not is_pointwise(p):
+        return "serves 1x1 convolutions of stride 1 without padding or groups only"
+    if p.C % VECTOR or p.K % VECTOR:
+        return f"C={p.C} and K={p.K} must be multiples of {VECTOR} (16-byte copies)"
+    return None
+
+
 def generate_configs() -> list[dict[str, Any]]:
     return [{"warps": warps, "rows": rows, "cols": cols, "stages": stages}
             for warps in (4, 8) for rows in (32, 64) for cols in (32, 64, 128)
@@ -81,13 +90,9 @@ class PointwiseConv(KernelFamily):
 
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
         p, c = problem, instance.settings
-        reason = self.other_problem(instance, p)
+        reason = self.other_problem(instance, p) or pointwise_refusal(p)
         if reason:
             return reason
-        if not is_pointwise(p):
-            return "serves 1x1 convolutions of stride 1 without padding or groups only"
-        if p.C % VECTOR or p.K % VECTOR:
-            return f"C={p.C} and K={p.K} must be multiples of {VECTOR} (16-byte copies)"
         need = shared_bytes(c, *channels(p))
         if need > SMEM_OPT_IN:
             return (f"the weight and {c['warps']} warps' {c['stages']} stages of {c['rows']} "

@@ -208,6 +208,18 @@ def _pointwise_key(family: Any, instances: Sequence[Instance], operator: str) ->
     return key
 
 
+def _pointwise_cluster_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_pointwise_cluster: a pointwise layer with channels of whole 16-byte copies and few
+    enough pixels."""
+    from kernels.conv.pointwise import VECTOR, is_pointwise
+    from kernels.conv.pointwise_cluster import MAX_PIXELS
+
+    def key(p: Any) -> Hashable:
+        return (is_pointwise(p) and not (p.C % VECTOR or p.K % VECTOR)
+                and p.N * p.H * p.W <= MAX_PIXELS)
+    return key
+
+
 # family name -> its key's maker (family, the catalogue's instances of it, operator)
 KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_igemm": _gemm_key, "conv_wgmma": _gemm_key, "conv_wgmma_split": _wgmma_split_key,
@@ -216,4 +228,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_dw_tma_bwd_weight": _dw_tma_key, "conv_dw_tc_bwd_weight": _dw_tma_key,
     "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
     "conv_wgmma_im2col": _wgmma_im2col_key, "conv_pointwise": _pointwise_key,
+    "conv_pointwise_cluster": _pointwise_cluster_key,
 }
