@@ -1,5 +1,5 @@
-"""conv_wgmma and conv_wgmma_split on a Hopper GPU: every instance against the reference on edge
-shapes, in every direction (skipped where there is no GPU; an sm_90a compile is needed, so other
+"""conv_wgmma, conv_wgmma_split, conv_wgmma_im2col and conv_wgmma_cluster on a Hopper GPU: every
+instance against the reference on edge shapes, in every direction (skipped where there is no GPU; an sm_90a compile is needed, so other
 GPUs record compile errors, which this test reports)."""
 
 import pytest
@@ -120,3 +120,20 @@ def im2col_serves(family: str, p: ConvProblem) -> bool:
     with K/G a multiple of 64."""
     return p.op == "conv2d_fwd" or ((p.stride_h, p.stride_w) == (1, 1)
                                      and p.k_per_group % 64 == 0)
+
+
+# conv_wgmma_cluster (backward-weight, the reduction split over a cluster's blocks): the edges
+# above, and long reductions over few tiles of dw, with fewer k-tiles than some clusters' blocks.
+CLUSTER_EDGES = EDGES + [
+    dict(N=8, C=256, K=512, G=1, H=14, W=14, R=1, S=1),
+    dict(N=4, C=1024, K=256, G=1, H=7, W=7, R=1, S=1),
+    dict(N=1, C=64, K=64, G=1, H=5, W=5, R=1, S=1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_cluster_instance_is_right(worker, dtype):
+    op = "conv2d_bwd_weight"
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in CLUSTER_EDGES]
+    failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_cluster"], problems)
+    assert not failures, "\n".join(failures[:40])

@@ -16,6 +16,7 @@
 // Dynamic shared memory (conv/pointwise_cluster.py): STAGES x (TM x 72 + B) u16, B = TN x 72
 // (forward's w as [n][k]) or 64 x (TN + 8) (backward-data's as [k][n]), or the tile's fp32
 // sums where larger.
+#include "../cluster.cuh"
 #include "../mma_sync.cuh"
 
 #ifndef CONV_OP
@@ -52,22 +53,6 @@ constexpr int KC = 64, AP = KC + 8;  // a k-chunk; A's rows (and forward B's) 9 
 constexpr int BP = CONV_OP == 0 ? KC + 8 : TN + 8;  // backward-data's B rows (k) TN + 8 apart
 constexpr int A_U16 = TM * AP, B_U16 = CONV_OP == 0 ? TN * AP : KC * BP;
 constexpr int STAGE_U16 = A_U16 + B_U16, THREADS = 128, WN = TN / 4, NB = WN / 8;
-
-__device__ __forceinline__ void cluster_barrier() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
-               ::: "memory");
-}
-
-// A float pair of cluster block `rank`'s shared memory at the offset of `local`.
-__device__ __forceinline__ float2 cluster_read2(const float* local, u32 rank) {
-  u32 remote;
-  float2 v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote)
-               : "r"((u32)__cvta_generic_to_shared(local)), "r"(rank));
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y)
-               : "r"(remote) : "memory");
-  return v;
-}
 
 // k-chunk `kc` of A (rows m0.., in[M][J]) and B into a stage, 16 bytes a copy, zeros outside.
 __device__ __forceinline__ void load_stage(u16* stage, const elem_t* __restrict__ in,

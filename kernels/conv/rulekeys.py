@@ -228,5 +228,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_dw_tma_bwd_weight": _dw_tma_key, "conv_dw_tc_bwd_weight": _dw_tma_key,
     "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
     "conv_wgmma_im2col": _wgmma_im2col_key, "conv_pointwise": _pointwise_key,
-    "conv_pointwise_cluster": _pointwise_cluster_key,
+    "conv_pointwise_cluster": _pointwise_cluster_key, "conv_wgmma_cluster": _gemm_key,
 }
