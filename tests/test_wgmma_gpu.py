@@ -1,6 +1,7 @@
 """conv_wgmma, conv_wgmma_split, conv_wgmma_im2col and conv_wgmma_cluster on a Hopper GPU: every
-instance against the reference on edge shapes, in every direction (skipped where there is no GPU; an sm_90a compile is needed, so other
-GPUs record compile errors, which this test reports)."""
+instance against the reference on edge shapes, in every direction (skipped where there is no
+GPU; an sm_90a compile is needed, so other GPUs record compile errors, which this test
+reports)."""
 
 import pytest
 
