@@ -5,7 +5,10 @@ the points and the geometric mean speed-up per intensity band and operator as JS
 plot as HTML (plotly, its script from the CDN) beside it.
 
     python -m bench.speedup_vs_intensity bench/results/vs_vendor_networks.json \\
-        [more.json ...] --name speedup_vs_intensity
+        [more.json ...] [--kinds dense grouped depthwise] --name speedup_vs_intensity
+
+`--kinds` keeps the shapes of those classes only (a run of the dense families alone leaves the
+other classes to the reference kernel).
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ LABELS = [f"{low:g}-{high:g}" if math.isfinite(high) else f"{low:g}+"
           for low, high in zip(BANDS, BANDS[1:])]
 
 
-def points(results: dict) -> list[dict]:
-    """One point per shape with a vendor time: operator, shape, class, intensity, speed-up."""
+def points(results: dict, kinds: list[str] | None = None) -> list[dict]:
+    """One point per shape with a vendor time (of the classes `kinds`, all where None):
+    operator, shape, class, intensity, speed-up."""
     out = []
     for s in results["figures"]["shapes"]:
         if not s.get("speedup") or not s.get("ours_gbps"):
+            continue
+        if kinds is not None and (s.get("kind") or "") not in kinds:
             continue
         out.append({"op": s["op"], "problem": s["problem"], "kind": s.get("kind") or "",
                     "batch": s.get("batch"), "layers": s.get("layers") or [s.get("shape")],
@@ -72,14 +78,18 @@ def main() -> None:
     parser.add_argument("results", nargs="+", type=Path)
     parser.add_argument("--name", default="speedup_vs_intensity")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--kinds", nargs="*", default=None, metavar="KIND",
+                        help="keep the shapes of these classes only (dense, grouped, depthwise)")
     args = parser.parse_args()
-    found = [p for path in args.results for p in points(json.loads(path.read_text()))]
+    found = [p for path in args.results
+             for p in points(json.loads(path.read_text()), args.kinds)]
     bands = by_band(found)
     for key, v in bands.items():
         print(f"{key:32} {v['shapes']:4} shapes  geomean x{v['geomean']:.2f}  wins {v['wins']}")
     folder = Path(args.out) if args.out else RESULTS
     html = plot(found, folder / f"{args.name}.html")
-    figures = {"inputs": [p.name for p in args.results], "bands_flop_per_byte": list(BANDS[:-1]),
+    figures = {"inputs": [p.name for p in args.results], "kinds": args.kinds,
+               "bands_flop_per_byte": list(BANDS[:-1]),
                "by_band": bands, "points": found, "plot": html.name}
     print(f"wrote {write_result(args.name, {'note': 'from the inputs results'}, figures, args.out)}"
           f" and {html}")

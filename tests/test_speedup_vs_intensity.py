@@ -30,3 +30,12 @@ def test_points_and_bands():
     low = bands["conv2d_fwd 0-10"]
     assert low["shapes"] == 2 and low["wins"] == 1 and math.isclose(low["geomean"], 1.0)
     assert bands["conv2d_fwd 300+"]["geomean"] == pytest.approx(0.8)
+
+
+def test_points_of_some_classes():
+    mixed = {"figures": {"shapes": RESULTS["figures"]["shapes"][:2] + [
+        {"op": "conv2d_fwd", "problem": "e", "kind": "depthwise", "ours_tflops": 0.1,
+         "ours_gbps": 100.0, "speedup": 0.05}]}}
+    assert [p["problem"] for p in points(mixed)] == ["a", "b", "e"]
+    assert [p["problem"] for p in points(mixed, ["dense"])] == ["a", "b"]
+    assert [p["problem"] for p in points(mixed, ["depthwise", "grouped"])] == ["e"]
