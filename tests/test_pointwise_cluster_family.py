@@ -53,3 +53,24 @@ def test_grid_and_shared_memory():
     assert shared_bytes(c, "conv2d_bwd_data") == 2 * 2 * (16 * 72 + 64 * 72)
     c = {"cluster": 4, "tm": 16, "tn": 128, "stages": 3}
     assert shared_bytes(c, "conv2d_bwd_data") == 2 * 3 * (16 * 72 + 64 * 136)
+
+
+def test_features_and_toy_cost_model():
+    """The selection features: a block of 128 threads, the tile, the cluster as the split; the
+    toy cost model prices every instance and favours the larger clusters."""
+    import math
+
+    from kernels.conv.cost_model import synthetic_us
+    from kernels.registry import operator_spec
+
+    for op in OPS:
+        spec, p = operator_spec(op), problem(op)
+        times = {}
+        for inst in FAMILY.instances(op, "bf16"):
+            c = inst.settings
+            f = spec.instance_features(c)
+            assert (f["threads"], f["tile_m"], f["tile_n"], f["split"]) == (
+                128, c["tm"], c["tn"], c["cluster"])
+            times[c["cluster"]] = synthetic_us(p, inst)
+            assert math.isfinite(times[c["cluster"]])
+        assert times[8] < times[2]

@@ -92,3 +92,22 @@ def test_warps_take_every_chunk_once(chunks, warps, blocks):
              for c in range(b * warps + w, chunks, blocks * warps)]
     assert sorted(taken) == list(range(chunks))
 
+
+
+def test_features_and_toy_cost_model():
+    """The selection features map the family's warps and chunk to threads and a tile; the toy
+    cost model (synthetic measurements only) prices every instance."""
+    import math
+
+    from kernels.conv.cost_model import synthetic_us
+    from kernels.registry import operator_spec
+
+    for op in OPS:
+        spec, p = operator_spec(op), problem(op, N=32, H=56, W=56)
+        for inst in FAMILY.instances(op, "bf16"):
+            c = inst.settings
+            f = spec.instance_features(c)
+            assert (f["threads"], f["tile_m"], f["tile_n"]) == (32 * c["warps"], c["rows"],
+                                                                 c["cols"])
+            us = synthetic_us(p, inst)
+            assert math.isfinite(us) and us > 5.0

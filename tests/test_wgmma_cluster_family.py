@@ -49,3 +49,17 @@ def test_rules_are_conv_wgmma_s():
     assert FAMILY.applicable(inst, problem()) is None
     assert "tma=2" in FAMILY.applicable(inst, problem(R=3, S=3, pad_h=1, pad_w=1))
     assert "multiple of 8" in FAMILY.applicable(inst, problem(C=1020))
+
+
+def test_features_and_toy_cost_model():
+    import math
+
+    from kernels.conv.cost_model import synthetic_us
+    from kernels.registry import operator_spec
+
+    spec = operator_spec("conv2d_bwd_weight")
+    for inst in FAMILY.instances("conv2d_bwd_weight", "bf16"):
+        c = inst.settings
+        f = spec.instance_features(c)
+        assert f["split"] == c["cluster"] and f["tile_m"] == c["block_m"]
+        assert math.isfinite(synthetic_us(problem(), inst))

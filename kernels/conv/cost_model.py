@@ -72,11 +72,11 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
     c = instance.settings
     if instance.family == "conv_igemm":
         base = _igemm_us(problem, c)
-    elif instance.family in ("conv_wgmma", "conv_wgmma_split"):  # Hopper's wgmma: the same
-        from kernels.conv.wgmma import threads  # tiles, a faster core; the family's slices
-        from kernels.registry import get_family
+    elif instance.family in ("conv_wgmma", "conv_wgmma_split", "conv_wgmma_cluster"):
+        from kernels.conv.wgmma import threads  # Hopper's wgmma: the same tiles, a faster core;
+        from kernels.registry import get_family  # the family's slices (or cluster's blocks)
 
-        split = get_family(instance.family).splits(instance, problem)[0]
+        split = c.get("cluster") or get_family(instance.family).splits(instance, problem)[0]
         base = 0.7 * _igemm_us(problem, {**c, "warps_m": threads(c) // 32, "warps_n": 1,
                                          "vec": 8, "split_k": split})
     elif instance.family == "conv_direct":
@@ -85,6 +85,12 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
         base = _grouped_mma_us(problem, c)
     elif instance.family in ("conv_dw_tma", "conv_dw_tma_bwd_weight", "conv_dw_tc_bwd_weight"):
         base = _dw_tma_us(problem, c)
+    elif instance.family == "conv_pointwise":  # a stream of rows: memory-bound, several passes
+        passes = -(-max(problem.C, problem.K) // c["cols"])  # where the outputs are wide
+        base = problem.min_bytes / (BANDWIDTH * 0.65) * 1e6 * (1 + 0.1 * (passes - 1)) + 5.0
+    elif instance.family == "conv_pointwise_cluster":  # few pixels: the cluster's blocks share
+        base = (problem.flops / (PEAK * 0.05 * min(1.0, c["cluster"] / 4))  # the reduction
+                + problem.min_bytes / (BANDWIDTH * 0.4)) * 1e6 + 5.0
     else:
         base = problem.flops / 1.5e12 * 1e6 + problem.min_bytes / 900e9 * 1e6 + 4.0
     return base

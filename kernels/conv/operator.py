@@ -147,6 +147,14 @@ class ConvOperator(OperatorSpec):
             block = 32 * cfg["warps"] if "warps" in cfg else dw_threads(dict(cfg))
             cfg = {**cfg, "block": block,
                    "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["ch"]}
+        if "cols" in cfg and "ch" not in cfg:  # conv_pointwise: warps of rows x channels
+            cfg = {**cfg, "block": 32 * cfg["warps"], "block_m": cfg["rows"],
+                   "block_n": cfg["cols"], "block_k": 16}
+        if "tn" in cfg:  # conv_pointwise_cluster: a tile summed by a cluster's blocks
+            cfg = {**cfg, "block": 128, "block_m": cfg["tm"], "block_n": cfg["tn"],
+                   "block_k": 64, "split_k": cfg["cluster"]}
+        elif "cluster" in cfg and "producers" in cfg:  # conv_wgmma_cluster: its split
+            cfg = {**cfg, "split_k": cfg["cluster"]}
         threads = cfg.get("block", 32 * cfg["warps_m"] * cfg["warps_n"] if "warps_n" in cfg
                           else 128 * (cfg["block_m"] // 64 + cfg["producers"])
                           if "producers" in cfg else nan)
@@ -154,7 +162,8 @@ class ConvOperator(OperatorSpec):
                "tile_n": cfg.get("block_n", nan), "tile_k": cfg.get("block_k", nan),
                "tile_w": cfg.get("tile_w", nan), "split": cfg.get("split_k", 1),
                "vec": cfg.get("vec", nan), "filter": cfg.get("fr", nan)}
-        if {"stages", "block_m", "block_n"} <= set(cfg) and not {"width", "ch"} & set(cfg):
+        if {"stages", "block_m", "block_n"} <= set(cfg) and not {"width", "ch", "cols",
+                                                                  "tn"} & set(cfg):
             out["static_shared_bytes"] = shared_bytes(dict(cfg))  # the pipeline's tiles
         return out
 
