@@ -19,7 +19,7 @@ the recorded GPU by the farm's default policy; it is written as vs_vendor_networ
 geometric means per operator, per network and per shape class.
 Usage: python -m bench.vs_vendor [--shapes anchors|networks|all] [--ops ...] [--batch 32 ...]
                                  [--compiled | --no-compiled] [--families ...] [--networks ...]
-                                 [--shapes-of FAMILY ...] [--time-limit-s S]
+                                 [--shapes-of FAMILY ...] [--kinds KIND ...] [--time-limit-s S]
        python -m bench.vs_vendor --ops groupnorm_bwd --shapes networks --batch 8 32
        python -m bench.vs_vendor --recording jobs/recordings/h100-standard.parquet [--out DIR]
 """
@@ -203,6 +203,9 @@ def main() -> None:
     parser.add_argument("--networks", nargs="*", default=None,
                         help="the layers of these networks only (the tables' file names, e.g. "
                              "xception)")
+    parser.add_argument("--kinds", nargs="*", default=None, metavar="KIND",
+                        help="only the shapes of these classes (dense, grouped, depthwise): "
+                             "a run of the dense families spends no time on the others")
     parser.add_argument("--time-limit-s", type=float, default=None,
                         help="start no shape after this many seconds; the shapes measured are "
                              "written (so they are when the run is ended by SIGTERM, too)")
@@ -221,6 +224,7 @@ def main() -> None:
     for op in args.ops:
         if lost or stopped:
             break
+        spec = operator_spec(op)
         instances = [i for f in sorted(families_for(op), key=lambda f: f.measure_order)
                      if f.name not in NAIVE and (args.families is None or f.name == VENDOR.name
                                                  or f.name in args.families)
@@ -236,6 +240,8 @@ def main() -> None:
             for label, problem in shapes(op, args.shapes, args.dtype, batch, args.networks):
                 if problem in seen or ((args.families or args.shapes_of)
                                        and not serves(chosen, problem)):
+                    continue
+                if args.kinds is not None and spec.shape_class(problem) not in args.kinds:
                     continue
                 if args.time_limit_s is not None and \
                         time.perf_counter() - start > args.time_limit_s:
