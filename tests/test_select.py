@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from farm.cli import app
 from kernels.conv.problem import CONV_FIELDS, ConvProblem
 from farm.select.cdriver import run_driver
-from farm.select.cexport import symbol_prefix
+from farm.select.cexport import GROUP, symbol_prefix
 from farm.select.data import (DEFAULT_HOLDOUT, batch_free, held_out_shapes, load_dataset,
                               network_membership)
 from farm.select.evaluate import choices, efficiency
@@ -238,8 +238,11 @@ def test_cli_train_list_export_select(fwd, tmp_path):
     assert four.exit_code == 0 and four.stdout.split() == Selector.load(out).top(
         dict(i.split("=") for i in shape.split(",")), 4)
     assert four.stdout.split()[0] == chosen.stdout.strip()
-    cascaded = tmp_path / "cascaded"
-    assert runner.invoke(app, ["models", "export", str(model_id), "--out", str(cascaded),
+    # the cascade cuts after the first block of trees that reaches 8 when trees remain: the
+    # every-kind model (more trees than a block), stored beside the CLI's
+    cascaded, deep = tmp_path / "cascaded", register(fwd.store, fwd.model).model.id
+    assert fwd.model.metrics["trees"] > GROUP
+    assert runner.invoke(app, ["models", "export", str(deep), "--out", str(cascaded),
                                "--cascade", "8", "3"], env=env).exit_code == 0
     source = (cascaded / "farm_select.c").read_text()
     assert "#define CASCADE_KEEP 3" in source and "live = cascade(" in source

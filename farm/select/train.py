@@ -28,7 +28,7 @@ from farm.select.catalogue import CatalogueEntry
 from farm.select.data import Dataset, geometry_fields
 from farm.select.evaluate import Efficiency, choices, efficiency
 from farm.select.features import FeatureSpec, feature_matrix, instance_matrix, shape_numbers
-from farm.select.guard import TrainingSupport
+from farm.select.guard import TrainingSupport, reference_flags
 from kernels.registry import operator_spec
 
 KINDS = ("regressor", "ranker", "hybrid")
@@ -260,8 +260,8 @@ def training_support(data: Dataset) -> TrainingSupport:
 def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
     """Fit each kind, keep the better by validation efficiency, score it on the holdout.
 
-    Only the candidates kept (kept_candidates: `keep_within`, `candidates`, `covers`) are
-    exported; the trees learn from them, and from the other close ones with `learn_close`.
+    Only the candidates kept (kept_candidates: `keep_within`, `candidates`, `covers`; and the
+    reference families' instances, so that every shape has one) are exported; the trees learn from them, and from the other close ones with `learn_close`.
     The others get an infinite cost in the figures, which are still measured against the
     fastest of all candidates."""
     start = time.perf_counter()
@@ -275,6 +275,9 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
     within = config.kept_fraction(data.operator)
     kept = kept_candidates(parts["train"], within, len(data.catalogue), config.candidates,
                            config.covers)
+    # the reference families' instances too, right on every shape: a model can always answer,
+    # and the guard chooses them only where no other kept candidate applies
+    kept = np.union1d(kept, np.flatnonzero(reference_flags([e.family for e in data.catalogue])))
     learnt = kept_candidates(parts["train"], within, len(data.catalogue), "union") \
         if config.learn_close else kept
     x = {s: pair_features(spec, data.catalogue, p) for s, p in parts.items()}
