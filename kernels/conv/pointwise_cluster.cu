@@ -161,20 +161,12 @@ __device__ __forceinline__ void run(const elem_t* __restrict__ in, const elem_t*
       *reinterpret_cast<float2*>(part + (row + 8) * TN + col) =
           make_float2(acc.c[h][nb][2], acc.c[h][nb][3]);
     }
-  cluster_barrier();
-  for (int e = (rank * THREADS + threadIdx.x) * 2; e < TM * TN; e += CLUSTER * THREADS * 2) {
-    const int row = e / TN, col = e - row * TN, m = m0 + row, n = n0 + col;
-    float2 total = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) {
-      const float2 v = cluster_read2(part + e, (u32)r);
-      total.x += v.x;
-      total.y += v.y;
-    }
+  cluster_meet_pairs<CLUSTER, TM, TN, THREADS>(part, rank, threadIdx.x,
+                                               [&](int row, int col, float v0, float v1) {
+    const int m = m0 + row, n = n0 + col;
     if (m < M && n < NC)  // NC a multiple of 8: a pair is wholly inside or outside
-      *reinterpret_cast<u32*>(out + (long)m * NC + n) = pack_pair(total.x, total.y);
-  }
-  cluster_barrier();  // the other blocks have read this block's sums
+      *reinterpret_cast<u32*>(out + (long)m * NC + n) = pack_pair(v0, v1);
+  });
 }
 
 }  // namespace pwc

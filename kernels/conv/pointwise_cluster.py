@@ -14,13 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from kernels.conv.params import conv_params
-from kernels.conv.pointwise import channels, pointwise_refusal
+from kernels.conv.pointwise import OP_CODES, channels, pointwise_refusal
 from kernels.conv.problem import ConvProblem
 from kernels.family import Instance, KernelFamily, Launch
 from kernels.registry import register
 
 OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
-OP_CODES = {"conv2d_fwd": 0, "conv2d_bwd_data": 1}
 MAX_PIXELS = 4096  # the GEMM rows it serves
 KC = 64  # a k-chunk
 THREADS = 128

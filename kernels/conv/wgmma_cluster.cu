@@ -63,20 +63,11 @@ wgmma_bwd_weight_cluster(const elem_t* __restrict__ x, const elem_t* __restrict_
   for_each_pair(acc, wg, [&](int r, int c, float v0, float v1) {
     *reinterpret_cast<float2*>(part + r * BN + c) = make_float2(v0, v1);
   });
-  cluster_barrier();
-  constexpr int T = 128 * CONSUMERS;
-  for (int e = (rank * T + (int)threadIdx.x) * 2; e < BM * BN; e += CLUSTER * T * 2) {
-    const int r = e / BN, c = e - r * BN, m = m0 + r, j = n0 + c;
-    float2 total = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int q = 0; q < CLUSTER; ++q) {
-      const float2 v = cluster_read2(part + e, (u32)q);
-      total.x += v.x;
-      total.y += v.y;
-    }
+  cluster_meet_pairs<CLUSTER, BM, BN, 128 * CONSUMERS>(part, rank, threadIdx.x,
+                                                       [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, j = n0 + c;
     if (m < p.Kg && j < CRS)  // CRS a multiple of 8: a pair is wholly inside or outside
-      *reinterpret_cast<u32*>(dw + (long)(kg + m) * CRS + j) = pack_rn(total.x, total.y);
-  }
-  cluster_barrier();  // the other blocks have read this block's sums
+      *reinterpret_cast<u32*>(dw + (long)(kg + m) * CRS + j) = pack_rn(v0, v1);
+  });
 }
 #endif

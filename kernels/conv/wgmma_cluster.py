@@ -12,14 +12,13 @@ from typing import Any
 
 from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
-from kernels.conv.wgmma import (BLOCK_K, SMEM_OPT_IN, TILES, WgmmaConv, shared_bytes, threads)
+from kernels.conv.wgmma import (ALIGN, BARRIER_BYTES, BLOCK_K, MAX_STAGES, SMEM_OPT_IN, TILES,
+                                WgmmaConv, shared_bytes, threads)
 from kernels.family import Instance, Launch
 from kernels.registry import register
 
 OPERATORS = ("conv2d_bwd_weight",)
 CLUSTERS = (2, 4, 8)
-MAX_STAGES = 7
-ALIGN, BARRIER_BYTES = 1024, 64
 
 
 def generate_configs() -> list[dict[str, Any]]:
