@@ -83,11 +83,6 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
         base = _direct_us(problem, c)
     elif instance.family in ("conv_grouped_mma", "conv_grouped_mma_bwd_weight"):
         base = _grouped_mma_us(problem, c)
-    elif instance.family == "conv_grouped_mma_cluster":  # a cluster's blocks walk every tile
-        from kernels.registry import get_family
-
-        walked = get_family(instance.family).tiles(instance, problem) / c["cluster"]
-        base = _grouped_mma_us(problem, c) + 0.4 * walked / c["stages"]
     elif instance.family in ("conv_dw_tma", "conv_dw_tma_bwd_weight", "conv_dw_tc_bwd_weight"):
         base = _dw_tma_us(problem, c)
     elif instance.family == "conv_pointwise":  # a stream of rows: memory-bound, several passes

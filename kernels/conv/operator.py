@@ -134,13 +134,13 @@ class ConvOperator(OperatorSpec):
 
         nan, cfg = float("nan"), config
         if "width" in cfg:  # conv_grouped_mma: a tile of pixels x a slab of super-groups
-            from kernels.conv.grouped_mma import threads as grouped_threads  # (its cluster
-            from kernels.conv.grouped_mma import weight_threads  # variant: the split)
+            from kernels.conv.grouped_mma import threads as grouped_threads
+            from kernels.conv.grouped_mma import weight_threads
 
             threads_of = weight_threads if "taps" in cfg else grouped_threads
-            cfg = {**cfg, "block": threads_of(dict(cfg)) * cfg.get("kq", 1),
+            cfg = {**cfg, "block": threads_of(dict(cfg)),
                    "block_m": cfg["tile_h"] * cfg["tile_w"], "block_n": cfg["sg"] * cfg["width"],
-                   "block_k": cfg["width"], "split_k": cfg.get("cluster", 1)}
+                   "block_k": cfg["width"]}
         if "ch" in cfg:  # conv_dw_tma: vec channels of one output column a thread;
             from kernels.conv.dw_tma import threads as dw_threads  # dw_tc: a warp a group
 

@@ -229,5 +229,4 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
     "conv_wgmma_im2col": _wgmma_im2col_key, "conv_pointwise": _pointwise_key,
     "conv_pointwise_cluster": _pointwise_cluster_key, "conv_wgmma_cluster": _gemm_key,
-    "conv_grouped_mma_cluster": _grouped_mma_key,
 }
