@@ -67,7 +67,8 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
     come to one (the rule that leaves the shape to the unsplit ones)."""
     from kernels.conv.igemm import GRID_Z_LIMIT
     from kernels.conv.wgmma import blocks_per_sm
-    from kernels.conv.wgmma_im2col import im2col_refusal, k_tiles_of, slices
+    from kernels.conv.wgmma_im2col import im2col_refusal, slices
+    from kernels.conv.wgmma_split import reduction_k_tiles
 
     whole = [i for i in instances if i.settings["split_k"]]
     split = [i for i in instances if not i.settings["split_k"]]
@@ -85,7 +86,7 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
             out = (im2col_refusal(p) is None, base(p))
             if not splitting or not out[0]:
                 return out
-            z, k_tiles, rows, n = family.unsplit_z(p), k_tiles_of(p), rows_of(p), p.gemm[1]
+            z, k_tiles, rows, n = family.unsplit_z(p), reduction_k_tiles(p), rows_of(p), p.gemm[1]
             return out + (tuple(
                 slices(z * -(-rows // bm) * -(-n // bn), resident, k_tiles, GRID_Z_LIMIT // z) == 1
                 for bm, bn, resident in classes),)

@@ -1,4 +1,4 @@
-// conv_wgmma_im2col: conv_wgmma's three directions (wgmma.cu, included whole
+// conv_wgmma_im2col: conv_wgmma's forward and stride-1 backward-data (wgmma.cu, included whole
 // with TMA 2 through wgmma_split.cu: its producers, consumers, stages and epilogues, and
 // conv_wgmma_split's slices of the reduction) with the gathered operand brought
 // by Hopper's im2col bulk tensor copies instead of 128 producer threads' cp.async: one thread
@@ -12,11 +12,6 @@
 //    A = dy, rows m = (n, h, w) of dx, window origin (h + ph - (R-1) dh, w + pw - (S-1) dw) and
 //    tap (r, s) at offsets ((S-1-s) dw, (R-1-r) dh); 64 output channels of one tap a k-tile
 //    (K/G a multiple of 64); the weight [K][R][S][C/G] read MN-major as conv_wgmma's tma 1 does.
-//  - backward-weight: dw = dy^T x over the output pixels: rows the group's K/G outputs,
-//    columns (r, s, c) of dw, a k-tile 64 output pixels; A = dy as [NPQ][K] (BM / 64 boxes of
-//    64 channels by 64 pixels, as conv_wgmma's tma 1 and 2), B = x's window at the k-tile's
-//    pixels offset by each 64-column box's tap (BN / 64 boxes; C/G a multiple of 64), both
-//    MN-major as conv_wgmma's tma 2 reads them for 1x1 layers.
 // The *_split entries split the reduction where the output tiles leave the GPU idle (slice z /
 // G of the grid takes k-tiles [slice kt_per_split, + kt_per_split)) and end it as
 // conv_wgmma_split does: fp32 sums added into the zeroed workspace, the last slice of a tile
@@ -32,13 +27,9 @@ extern "C" __global__ void wgmma_fwd_im2col_split(const elem_t*, const elem_t*, 
                                                   ConvParams, int, int, int) {}
 extern "C" __global__ void wgmma_bwd_data_im2col_split(const elem_t*, const elem_t*, elem_t*,
                                                        float*, ConvParams, int, int, int) {}
-extern "C" __global__ void wgmma_bwd_weight_im2col(const elem_t*, const elem_t*, elem_t*,
-                                                   ConvParams) {}
-extern "C" __global__ void wgmma_bwd_weight_im2col_split(const elem_t*, const elem_t*, elem_t*,
-                                                         float*, ConvParams, int, int, int) {}
 #else
-#if TMA != 2
-#error "conv_wgmma_im2col: both operands by tensor maps (TMA 2)"
+#if TMA != 2 || IGEMM_OP == 2
+#error "conv_wgmma_im2col: forward or backward-data, both operands by tensor maps (TMA 2)"
 #endif
 
 namespace ig {
@@ -82,7 +73,7 @@ struct Direction {
     return Window(m0, p.P, p.Q, p.stride_h, p.stride_w, -p.pad_h, -p.pad_w);
   }
   __device__ __forceinline__ void copy(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                       const Window& o, int, int n0, int kt, unsigned char* a,
+                                       const Window& o, int n0, int kt, unsigned char* a,
                                        unsigned char* b, u64* bar) const {
     const int kk = kt * BK, tap = kk / p.Cg, r = tap / p.S, s = tap - r * p.S;
     tma_im2col_4d(a, tmap_a, g * p.Cg + kk - tap * p.Cg, o.w, o.h, o.n, s * p.dil_w,
@@ -90,36 +81,6 @@ struct Direction {
     sm90_tma_2d(b, tmap_b, kk, g * p.Kg + n0, bar);  // BN rows, 64 columns
   }
   __device__ __forceinline__ int row_offset(int m) const { return m * p.K + g * p.Kg; }
-  __device__ __forceinline__ int out_elements() const { return rows * p.K; }
-};
-#elif IGEMM_OP == 2
-// Backward-weight's GEMM: rows the group's K/G outputs, columns (r, s, c) of dw, k-tiles 64
-// output pixels (n, oh, ow); A = dy as [NPQ][K], B = x's window at the k-tile's pixels, each
-// 64-column box at its tap's offsets (columns past the filter read tap 0: never stored).
-struct Direction {
-  int rows, cols, k_tiles, g;
-  const ConvParams& p;
-  __device__ __forceinline__ Direction(const ConvParams& p_, int g_)
-      : rows(p_.Kg), cols(p_.Cg * p_.R * p_.S), k_tiles((p_.N * p_.P * p_.Q + BK - 1) / BK),
-        g(g_), p(p_) {}
-  __device__ __forceinline__ Window window(int) const { return Window(0, 1, 1, 1, 1, 0, 0); }
-  __device__ __forceinline__ void copy(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                       const Window&, int m0, int n0, int kt, unsigned char* a,
-                                       unsigned char* b, u64* bar) const {
-#pragma unroll
-    for (int c = 0; c < BM / 64; ++c)
-      sm90_tma_2d(a + c * MN_BLOCK_BYTES, tmap_a, g * p.Kg + m0 + 64 * c, kt * BK, bar);
-    const Window o(kt * BK, p.P, p.Q, p.stride_h, p.stride_w, -p.pad_h, -p.pad_w);
-#pragma unroll
-    for (int c = 0; c < BN / 64; ++c) {
-      const int col = n0 + 64 * c < cols ? n0 + 64 * c : 0, tap = col / p.Cg;
-      const int r = tap / p.S, s = tap - r * p.S;
-      tma_im2col_4d(b + c * MN_BLOCK_BYTES, tmap_b, g * p.Cg + col - tap * p.Cg, o.w, o.h, o.n,
-                    s * p.dil_w, r * p.dil_h, bar);
-    }
-  }
-  __device__ __forceinline__ int row_offset(int m) const { return (g * p.Kg + m) * cols; }
-  __device__ __forceinline__ int out_elements() const { return p.K * cols; }
 };
 #else
 // Backward-data's GEMM (stride 1): rows (n, h, w) of dx, columns the group's C/G inputs,
@@ -135,7 +96,7 @@ struct Direction {
                   p.pad_w - (p.S - 1) * p.dil_w);
   }
   __device__ __forceinline__ void copy(const TensorMap& tmap_a, const TensorMap& tmap_b,
-                                       const Window& o, int, int n0, int kt, unsigned char* a,
+                                       const Window& o, int n0, int kt, unsigned char* a,
                                        unsigned char* b, u64* bar) const {
     const int kk = kt * BK, tap = kk / p.Kg, k = kk - tap * p.Kg, r = tap / p.S;
     const int s = tap - r * p.S;
@@ -146,7 +107,6 @@ struct Direction {
       sm90_tma_4d(b + c * MN_BLOCK_BYTES, tmap_b, n0 + 64 * c, s, r, g * p.Kg + k, bar);
   }
   __device__ __forceinline__ int row_offset(int m) const { return m * p.C + g * p.Cg; }
-  __device__ __forceinline__ int out_elements() const { return rows * p.C; }
 };
 #endif
 
@@ -174,14 +134,15 @@ __device__ __forceinline__ void im2col_tiles(elem_t* __restrict__ out, float* __
       const Window o = d.window(m0);
       produce(stages, bars, la, lb, kt0, kt1, step, [&](int kt, unsigned char* a,
                                                         unsigned char* b, u64* bar) {
-        d.copy(tmap_a, tmap_b, o, m0, n0, kt, a, b, bar);
+        d.copy(tmap_a, tmap_b, o, n0, kt, a, b, bar);
       });
     }
     produce_end(step);
     return;
   }
   const int total = tiles.mine * (kt1 - kt0);
-  int* counters = reinterpret_cast<int*>(ws + (long)d.out_elements()) + d.g * tiles_stride;
+  int* counters = reinterpret_cast<int*>(ws + (long)d.rows * (IGEMM_OP == 0 ? p.K : p.C)) +
+                  d.g * tiles_stride;
   const auto row = [&](int m) { return d.row_offset(m); };
   for (int i = 0; i < tiles.mine; ++i) {
     tiles.origin(i, m0, n0);
@@ -209,19 +170,6 @@ wgmma_fwd_im2col_split(const elem_t* __restrict__ x, const elem_t* __restrict__ 
                        elem_t* __restrict__ y, float* __restrict__ ws, ConvParams p,
                        int kt_per_split, int splits, int tiles_stride MAPS) {
   ig::im2col_tiles<true>(y, ws, p, kt_per_split, splits, tiles_stride, tmap_a, tmap_b);
-}
-#elif IGEMM_OP == 2
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-wgmma_bwd_weight_im2col(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                        elem_t* __restrict__ dw, ConvParams p MAPS) {
-  ig::im2col_tiles<false>(dw, nullptr, p, 0, 1, 0, tmap_a, tmap_b);
-}
-
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-wgmma_bwd_weight_im2col_split(const elem_t* __restrict__ x, const elem_t* __restrict__ dy,
-                              elem_t* __restrict__ dw, float* __restrict__ ws, ConvParams p,
-                              int kt_per_split, int splits, int tiles_stride MAPS) {
-  ig::im2col_tiles<true>(dw, ws, p, kt_per_split, splits, tiles_stride, tmap_a, tmap_b);
 }
 #else
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)

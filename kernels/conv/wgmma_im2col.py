@@ -1,11 +1,9 @@
-"""conv_wgmma_im2col: conv_wgmma's forward, stride-1 backward-data and backward-weight with the
-gathered operand (x, or dy) brought by Hopper's im2col bulk tensor copies (conv/wgmma_im2col.cu):
-one thread issues both operands' copies a k-tile, where conv_wgmma's producer warpgroup gathers
-one of them by cp.async. A k-tile is 64 channels of one filter tap, so the channels it reduces
-over (C/G forward, K/G backward-data) are a multiple of 64; in backward-weight a k-tile is 64
-output pixels and each 64 columns of dw one tap's channels, so C/G is a multiple of 64. The
-im2col map's bounding box corners (about the padding and the filter's reach) fit its
-[-128, 127] and the stride its 1 to 8.
+"""conv_wgmma_im2col: conv_wgmma's forward and stride-1 backward-data with the gathered operand
+(x, or dy) brought by Hopper's im2col bulk tensor copies (conv/wgmma_im2col.cu): one thread
+issues both operands' copies a k-tile, where conv_wgmma's producer warpgroup gathers one of
+them by cp.async. A k-tile is 64 channels of one filter tap, so the channels it reduces over
+(C/G forward, K/G backward-data) are a multiple of 64; the im2col map's bounding box corners
+(about the padding and the filter's reach) fit its [-128, 127] and the stride its 1 to 8.
 Configurations: conv_wgmma's tiles and pipelines, and `split_k`: 1, or 0 for the slices of
 the reduction that make the fewest waves of resident blocks (`slices`; 64-row consumers, the
 sums ended as conv_wgmma_split ends them; refused where that is one slice). sm_90a only."""
@@ -23,7 +21,7 @@ from kernels.conv.wgmma_split import MIN_SLICE_K_TILES, WgmmaSplitConv, reductio
 from kernels.family import Im2col, Instance, Launch, TensorMap, grid_stride_blocks
 from kernels.registry import register
 
-OPERATORS = ("conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight")
+OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
 CORNER = (-128, 127)  # an im2col map's corner offsets, 4D tensors
 MAX_STRIDE = 8  # an im2col map's element strides
 MAX_SLICES = 16
@@ -40,13 +38,6 @@ def slices(blocks: int, resident: int, k_tiles: int, most: int) -> int:
         -(-blocks * s // resident) / s * (1 + SLICE_COST * (s > 1)), s))
 
 
-def k_tiles_of(p: ConvProblem) -> int:
-    """k-tiles of the reduction: conv_wgmma_split's, and backward-weight's output pixels."""
-    if p.op == "conv2d_bwd_weight":
-        return _cdiv(p.N * p.P * p.Q, BLOCK_K)
-    return reduction_k_tiles(p)
-
-
 def image_map(name: str, channels: int, width: int, height: int, images: int, rows: int,
               window: Im2col) -> TensorMap:
     """An [images][height][width][channels] tensor in im2col mode: `rows` pixels' 64 channels
@@ -58,11 +49,10 @@ def image_map(name: str, channels: int, width: int, height: int, images: int, ro
 
 
 def window(p: ConvProblem) -> Im2col:
-    """The im2col bounding box of the gathered operand's window origins, (W, H) order: forward
-    and backward-weight, the origins (o stride - pad) of the P x Q outputs in x; backward-data
-    (stride 1), those (i + pad - (R-1) dil) of the H x W inputs in dy, which the reversed taps
-    offset."""
-    if p.op != "conv2d_bwd_data":
+    """The im2col bounding box of the A operand's window origins, (W, H) order: forward, the
+    origins (o stride - pad) of the P x Q outputs in x; backward-data (stride 1), those
+    (i + pad - (R-1) dil) of the H x W inputs in dy, which the reversed taps offset."""
+    if p.op == "conv2d_fwd":
         return Im2col(lower=(-p.pad_w, -p.pad_h),
                       upper=((p.Q - 1) * p.stride_w - p.pad_w - (p.W - 1),
                              (p.P - 1) * p.stride_h - p.pad_h - (p.H - 1)),
@@ -73,14 +63,11 @@ def window(p: ConvProblem) -> Im2col:
 
 def im2col_refusal(p: ConvProblem) -> str | None:
     """Why the im2col copies cannot serve the shape (whatever the instance), or None: a k-tile
-    of 64 channels of one tap (backward-weight: 64 columns of dw), 16-byte stores, stride 1 in
-    backward-data, the map's limits."""
-    reduced, stored = {"conv2d_fwd": ("Cg", "Kg"), "conv2d_bwd_data": ("Kg", "Cg"),
-                       "conv2d_bwd_weight": ("Cg", "Kg")}[p.op]
+    of 64 channels of one tap, 16-byte stores, stride 1 in backward-data, the map's limits."""
+    reduced, stored = (("Cg", "Kg") if p.op == "conv2d_fwd" else ("Kg", "Cg"))
     value = {"Cg": p.c_per_group, "Kg": p.k_per_group}
     if value[reduced] % BLOCK_K:
-        what = ("64 columns of dw are" if p.op == "conv2d_bwd_weight" else "a k-tile is")
-        return (f"{reduced}={value[reduced]} is not a multiple of {BLOCK_K} ({what} "
+        return (f"{reduced}={value[reduced]} is not a multiple of {BLOCK_K} (a k-tile is "
                 f"{BLOCK_K} channels of one filter tap)")
     if value[stored] % 8:
         return f"{stored}={value[stored]} is not a multiple of 8 (16-byte stores)"
@@ -111,14 +98,14 @@ class WgmmaIm2colConv(WgmmaSplitConv):
         consumers have 64 rows (conv_wgmma_split's)."""
         if operator not in OPERATORS:
             return []
-        tiles = [{k: v for k, v in c.items() if k != "tma"}  # backward-weight: the same tiles
-                 for c in generate_configs("conv2d_fwd") if c["tma"] == 2 and c["producers"] == 1]
+        tiles = [{k: v for k, v in c.items() if k != "tma"}
+                 for c in generate_configs(operator) if c["tma"] == 2 and c["producers"] == 1]
         return [{**c, "split_k": split} for split in (1, 0) for c in tiles
                 if split or c["wg_m"] == 64]
 
     def splits(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
         """(slices, k-tiles a slice): one, or where split_k is 0 those of `slices`."""
-        k_tiles = k_tiles_of(p)
+        k_tiles = reduction_k_tiles(p)
         if instance.settings["split_k"]:
             return 1, k_tiles
         z = self.unsplit_z(p)
@@ -126,10 +113,6 @@ class WgmmaIm2colConv(WgmmaSplitConv):
                         k_tiles, GRID_Z_LIMIT // z)
         per = _cdiv(k_tiles, wanted)
         return _cdiv(k_tiles, per), per
-
-    def unsplit_z(self, p: ConvProblem) -> int:
-        """Grid z without the split: the groups (conv_wgmma_split's in the other directions)."""
-        return p.G if p.op == "conv2d_bwd_weight" else super().unsplit_z(p)
 
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
         """conv_wgmma's rules with the im2col copies'; a split instance refuses the shapes
@@ -139,14 +122,9 @@ class WgmmaIm2colConv(WgmmaSplitConv):
         return super().applicable(instance, problem)
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
-        """The split's fp32 sums, laid out as the output, and an int counter per tile of every
-        z (none unsplit)."""
-        p = problem
         if instance.settings["split_k"]:
             return 0
-        out = p.tensor_elements()[{"conv2d_fwd": "output", "conv2d_bwd_data": "input",
-                                   "conv2d_bwd_weight": "weight"}[p.op]]
-        return 4 * (out + self.unsplit_z(p) * self.tiles(instance, p))
+        return super().workspace_bytes(instance, problem)
 
     def defines(self, instance: Instance) -> dict[str, int | str]:
         """conv_wgmma's, with TMA 2 (both operands by tensor maps) and no SPLIT_K (a launch
@@ -165,9 +143,6 @@ class WgmmaIm2colConv(WgmmaSplitConv):
             crs = p.c_per_group * p.R * p.S
             return (image_map("x", p.C, p.W, p.H, p.N, bm, window(p)),
                     TensorMap("w", (crs, p.K), (2 * crs,), (BLOCK_K, bn)))
-        if p.op == "conv2d_bwd_weight":  # dy as [NPQ][K]; x's windows, 64 pixels a box
-            return (TensorMap("dy", (p.K, p.N * p.P * p.Q), (2 * p.K,), (BLOCK_K, BLOCK_K)),
-                    image_map("x", p.C, p.W, p.H, p.N, BLOCK_K, window(p)))
         cg = p.c_per_group
         return (image_map("dy", p.K, p.Q, p.P, p.N, bm, window(p)),
                 TensorMap("w", (cg, p.S, p.R, p.K), (2 * cg, 2 * cg * p.S, 2 * p.R * p.S * cg),
@@ -175,10 +150,8 @@ class WgmmaIm2colConv(WgmmaSplitConv):
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem
-        entry, operands = {"conv2d_fwd": ("wgmma_fwd_im2col", ("x", "w", "y")),
-                           "conv2d_bwd_data": ("wgmma_bwd_data_im2col", ("dy", "w", "dx")),
-                           "conv2d_bwd_weight": ("wgmma_bwd_weight_im2col",
-                                                 ("x", "dy", "dw"))}[p.op]
+        entry, operands = (("wgmma_fwd_im2col", ("x", "w", "y")) if p.op == "conv2d_fwd"
+                           else ("wgmma_bwd_data_im2col", ("dy", "w", "dx")))
         grid, block = self.grid(instance, p), (threads(c), 1, 1)
         maps = self.tensor_maps(instance, p)
         if c["split_k"]:
