@@ -153,6 +153,11 @@ class KernelFamily(abc.ABC):
         rules (`applicable`) are asked one instance at a time."""
         return {}
 
+    def waves(self, instance: Instance, problem: Any) -> tuple[int, int] | None:
+        """(blocks of work, blocks the GPU holds at once) of a persistent schedule on
+        `problem`, for bench/wave_fill.py; None where the family does not say."""
+        return None
+
     def workspace_bytes(self, instance: Instance, problem: Any) -> int:
         return 0
 

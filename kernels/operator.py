@@ -143,6 +143,11 @@ class OperatorSpec(abc.ABC):
     def problem(self, dtype: str, fields: Mapping[str, Any]) -> Any:
         return self.problem_type.from_fields(self.name, dtype, fields)
 
+    def problem_from_label(self, dtype: str, label: str) -> Any:
+        """The problem whose label() is `label`, for tools that read results written by label
+        (the benches' JSON); an operator that cannot read its labels says so."""
+        raise NotImplementedError(f"{self.name} cannot read a problem from its label")
+
     generate_order: tuple[str, ...] = ()  # the order a sweep's `generate` resolves fields in
 
     def generate_value(self, name: str, word: str, partial: Mapping[str, Any]) -> Any:

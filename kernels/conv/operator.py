@@ -125,6 +125,9 @@ class ConvOperator(OperatorSpec):
         """Beside training and coverage, stages: layers as networks stack them (stage_shapes)."""
         return {**super().shape_spaces(), "stages": stage_shapes}
 
+    def problem_from_label(self, dtype: str, label: str) -> ConvProblem:
+        return ConvProblem.from_label(self.name, dtype, label)
+
     def shape_class(self, problem: ConvProblem) -> str:
         """dense (G = 1), depthwise (G = C) or grouped."""
         return "dense" if problem.G == 1 else "depthwise" if problem.G == problem.C else "grouped"

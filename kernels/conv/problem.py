@@ -4,6 +4,7 @@ each group sees C/G inputs and K/G outputs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -127,6 +128,23 @@ class ConvProblem(Problem):
         if self.op == "conv2d_bwd_data":
             return self.N * self.H * self.W, self.c_per_group, self.k_per_group * self.R * self.S
         return self.k_per_group, crs, npq
+
+    @classmethod
+    def from_label(cls, op: str, dtype: str, label: str) -> ConvProblem:
+        """The problem whose label() is `label` ("N32 C256 K256 G1 14x14 3x3 s2x2 p1x1")."""
+        tokens = label.split()
+        sizes = [t for t in tokens if re.fullmatch(r"\d+x\d+", t)]
+        if len(sizes) != 2:
+            raise ProblemError(f"{label!r} is not a convolution's label: want H x W and R x S")
+        fields = dict(zip("HW", map(int, sizes[0].split("x"))))
+        fields.update(zip("RS", map(int, sizes[1].split("x"))))
+        pairs = {"s": ("stride_h", "stride_w"), "p": ("pad_h", "pad_w"), "d": ("dil_h", "dil_w")}
+        for t in tokens:
+            if re.fullmatch(r"[NCKG]\d+", t):
+                fields[t[0]] = int(t[1:])
+            elif re.fullmatch(r"[spd]\d+x\d+", t):
+                fields.update(zip(pairs[t[0]], map(int, t[1:].split("x"))))
+        return cls.from_fields(op, dtype, fields)
 
     def label(self) -> str:
         s = self

@@ -110,6 +110,11 @@ class WgmmaConv(IGemmConv):
         return (min(self.tiles(instance, p), SM_COUNT * blocks_per_sm(c)), 1,
                 self.grid_z(instance, p))
 
+    def waves(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
+        """(tiles of every grid z slice, the blocks the GPU holds at once)."""
+        return (self.tiles(instance, p) * self.grid_z(instance, p),
+                SM_COUNT * blocks_per_sm(instance.settings))
+
     def operand_refusal(self, instance: Instance, p: ConvProblem) -> str | None:
         """Channels for 16-byte copies and paired stores, and the TMA modes' layouts."""
         for name in VECTOR_CHANNELS[p.op] + (("Kg",) if p.op == "conv2d_fwd" else ()):

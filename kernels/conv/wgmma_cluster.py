@@ -13,8 +13,8 @@ from typing import Any
 from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma import (ALIGN, BARRIER_BYTES, BLOCK_K, MAX_STAGES, SMEM_OPT_IN, TILES,
-                                WgmmaConv, shared_bytes, threads)
-from kernels.family import Instance, Launch
+                                WgmmaConv, blocks_per_sm, shared_bytes, threads)
+from kernels.family import SM_COUNT, Instance, Launch
 from kernels.registry import register
 
 OPERATORS = ("conv2d_bwd_weight",)
@@ -53,6 +53,11 @@ class WgmmaClusterConv(WgmmaConv):
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
         return 0
+
+    def waves(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
+        """(every tile's cluster of blocks over the groups, the blocks the GPU holds)."""
+        grid = self.grid(instance, p)
+        return grid[0] * grid[2], SM_COUNT * blocks_per_sm(instance.settings)
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         c, p = instance.settings, problem
