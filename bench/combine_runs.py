@@ -17,22 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from bench.common import write_result
+from bench.common import geomean, write_result
 
 
 def shapes_of(path: Path) -> dict[tuple[str, str], dict]:
     data = json.loads(path.read_text())
     figures = data.get("figures", data)
     return {(s["op"], s["problem"]): s for s in figures["shapes"]}
-
-
-def geomean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def main() -> None:

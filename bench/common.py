@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import shlex
@@ -12,6 +13,11 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def geomean(values: list[float]) -> float | None:
+    """The geometric mean of positive values; None for none."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def write_result(name: str, device: dict, figures: dict, out_dir: str | None = None) -> Path:

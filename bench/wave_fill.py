@@ -17,17 +17,13 @@ import json
 import math
 from pathlib import Path
 
-from bench.common import write_result
+from bench.common import geomean, write_result
 from kernels.registry import families_for, operator_spec
 
 
 def fill(work: int, slots: int) -> float:
     """The share of its waves' slots that `work` blocks use."""
     return work / (math.ceil(work / slots) * slots)
-
-
-def geomean(values: list[float]) -> float | None:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
 def shapes(runs: list[dict], kinds: list[str] | None, dtype: str = "bf16") -> list[dict]:
