@@ -213,6 +213,15 @@ __device__ __forceinline__ void add_pairs(Acc& acc, int m_group, const float* __
   }
 }
 
+// A sharer's count of its tile, by one thread after the consumers' barrier: a release of the
+// block's part (cumulative over the barrier) and an acquire of the parts counted before it.
+__device__ __forceinline__ int count_tile(int* counter) {
+  int before;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(counter)
+               : "memory");
+  return before;
+}
+
 // Words of the workspace before the slots: the counters, rounded up to 16 bytes.
 __device__ __forceinline__ long long stream_counter_words(const ConvParams& p, int count) {
   return ((long long)p.G * count + 3) / 4 * 4;
@@ -267,13 +276,11 @@ __device__ __forceinline__ void stream_tiles(elem_t* __restrict__ out, float* __
     for_each_pair(acc, wg, [&](int r, int c, float v0, float v1) {
       *reinterpret_cast<float2*>(part + r * BN + c) = make_float2(v0, v1);
     });
-    __threadfence();  // this block's part before its count
-    split_consumers_sync();
+    split_consumers_sync();  // the consumers' parts written before one thread counts
     volatile int* last = reinterpret_cast<volatile int*>(bars + 7);  // a spare barrier slot
-    if (threadIdx.x == 0) *last = atomicAdd(counters + tile, 1) == j1 - j0;
+    if (threadIdx.x == 0) *last = count_tile(counters + tile) == j1 - j0;
     split_consumers_sync();
     if (*last) {
-      __threadfence();  // every part after its count
       for (int j = j0; j <= j1; ++j)
         if (j != me)
           add_pairs(acc, wg, slots + (long long)stream_slot(j, first, total, blocks) * BM * BN);
