@@ -94,14 +94,6 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
     return keys
 
 
-def _wgmma_stream_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
-    """conv_wgmma_stream: whether the im2col copies serve the shape, and conv_wgmma's key."""
-    from kernels.conv.wgmma_im2col import im2col_refusal
-
-    base = _gemm_key(family, instances, operator)
-    return lambda p: (im2col_refusal(p) is None, base(p))
-
-
 def _direct_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_direct: depthwise or grouped and the widths' residues against vec and kpt, the
     filter (square or not), stride, and the most channels a thread's taps fit in shared memory
@@ -237,5 +229,4 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
     "conv_wgmma_im2col": _wgmma_im2col_key, "conv_pointwise": _pointwise_key,
     "conv_pointwise_cluster": _pointwise_cluster_key, "conv_wgmma_cluster": _gemm_key,
-    "conv_wgmma_stream": _wgmma_stream_key,
 }

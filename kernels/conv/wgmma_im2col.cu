@@ -16,8 +16,7 @@
 // G of the grid takes k-tiles [slice kt_per_split, + kt_per_split)) and end it as
 // conv_wgmma_split does: fp32 sums added into the zeroed workspace, the last slice of a tile
 // writing it. The entries sit beside wgmma.cu's, not in it, so that conv_wgmma's code and the
-// measurements keyed by its source hash stay as they are. Its stream-K entries
-// (conv_wgmma_stream) are below.
+// measurements keyed by its source hash stay as they are.
 #include "wgmma_split.cu"
 
 #if FARM_DTYPE == 0 || !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -28,10 +27,6 @@ extern "C" __global__ void wgmma_fwd_im2col_split(const elem_t*, const elem_t*, 
                                                   ConvParams, int, int, int) {}
 extern "C" __global__ void wgmma_bwd_data_im2col_split(const elem_t*, const elem_t*, elem_t*,
                                                        float*, ConvParams, int, int, int) {}
-extern "C" __global__ void wgmma_fwd_stream(const elem_t*, const elem_t*, elem_t*, float*,
-                                            ConvParams) {}
-extern "C" __global__ void wgmma_bwd_data_stream(const elem_t*, const elem_t*, elem_t*, float*,
-                                                 ConvParams) {}
 #else
 #if TMA != 2 || IGEMM_OP == 2
 #error "conv_wgmma_im2col: forward or backward-data, both operands by tensor maps (TMA 2)"
@@ -115,20 +110,6 @@ struct Direction {
 };
 #endif
 
-// The producer's copies of tile (m0, n0)'s k-tiles [kt0, kt1), one thread issuing them.
-__device__ __forceinline__ void produce_tile(const Direction& d, const TensorMap& tmap_a,
-                                             const TensorMap& tmap_b, unsigned char* stages,
-                                             u64* bars, int m0, int n0, int kt0, int kt1,
-                                             int& step) {
-  LoaderA la;  // not used: both operands come by tensor maps
-  LoaderB lb;
-  const Window o = d.window(m0);
-  produce(stages, bars, la, lb, kt0, kt1, step, [&](int kt, unsigned char* a, unsigned char* b,
-                                                    u64* bar) {
-    d.copy(tmap_a, tmap_b, o, n0, kt, a, b, bar);
-  });
-}
-
 // The tiles of grid z slice blockIdx.z: group z % G, and split, slice z / G of the reduction
 // (its sums added into ws, the last slice of a tile writing it).
 template <bool SPLIT>
@@ -146,9 +127,15 @@ __device__ __forceinline__ void im2col_tiles(elem_t* __restrict__ out, float* __
   const int wg = threadIdx.x >> 7;
   int step = 0, m0, n0;
   if (wg >= CONSUMERS) {
+    LoaderA la;  // not used: both operands come by tensor maps
+    LoaderB lb;
     for (int i = 0; i < tiles.mine; ++i) {
       tiles.origin(i, m0, n0);
-      produce_tile(d, tmap_a, tmap_b, stages, bars, m0, n0, kt0, kt1, step);
+      const Window o = d.window(m0);
+      produce(stages, bars, la, lb, kt0, kt1, step, [&](int kt, unsigned char* a,
+                                                        unsigned char* b, u64* bar) {
+        d.copy(tmap_a, tmap_b, o, n0, kt, a, b, bar);
+      });
     }
     produce_end(step);
     return;
@@ -169,136 +156,9 @@ __device__ __forceinline__ void im2col_tiles(elem_t* __restrict__ out, float* __
   }
 }
 
-// Stream-K (conv_wgmma_stream): the grid's blocks, as many as the GPU holds at once, share the
-// k-tiles of a group's output tiles evenly, tile after tile: block b takes the iterations
-// [b T / B, (b + 1) T / B) of T = tiles x k-tiles. A tile a block covers whole it writes; a
-// tile that several blocks share is the sum of their parts: each sharer writes its fp32 part
-// to its own slot of the workspace (a block has at most two shared tiles, the first and the
-// last of its range: slots 2 b and 2 b + 1) and counts the tile; the sharer that counts it
-// last adds the other parts to its own and writes the tile. The workspace: an int counter per
-// tile of each group (zeroed by a launch before), then the slots.
-__device__ __forceinline__ long long stream_start(int b, long long total, int blocks) {
-  return total * b / blocks;
-}
-
-// The block whose iterations hold `it`: the last b with stream_start(b) <= it.
-__device__ __forceinline__ int stream_block(long long it, long long total, int blocks) {
-  const long long b = ((it + 1) * blocks - 1) / total;
-  return b < blocks - 1 ? (int)b : blocks - 1;
-}
-
-// Block b's slot for the shared tile whose first iteration is `first`: its first tile's (the
-// range starts in it), else its last's.
-__device__ __forceinline__ int stream_slot(int b, long long first, long long total, int blocks) {
-  return 2 * b + (stream_start(b, total, blocks) < first ? 1 : 0);
-}
-
-// The fp32 part at `part` (a BM x BN tile, row-major) added to the consumer's accumulators, in
-// for_each_pair's layout.
-__device__ __forceinline__ void add_pairs(Acc& acc, int m_group, const float* __restrict__ part) {
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-    const int row = m_group * WG_M + mi * 64 + 16 * warp + (lane >> 2);
-#pragma unroll
-    for (int n = 0; n < BN / 8; ++n) {
-      const int col = 8 * n + 2 * (lane & 3);
-      const float2 a = __ldcg(reinterpret_cast<const float2*>(part + row * BN + col));
-      const float2 b = __ldcg(reinterpret_cast<const float2*>(part + (row + 8) * BN + col));
-      acc.c[mi][4 * n] += a.x;
-      acc.c[mi][4 * n + 1] += a.y;
-      acc.c[mi][4 * n + 2] += b.x;
-      acc.c[mi][4 * n + 3] += b.y;
-    }
-  }
-}
-
-// A sharer's count of its tile, by one thread after the consumers' barrier: a release of the
-// block's part (cumulative over the barrier) and an acquire of the parts counted before it.
-__device__ __forceinline__ int count_tile(int* counter) {
-  int before;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(counter)
-               : "memory");
-  return before;
-}
-
-// Words of the workspace before the slots: the counters, rounded up to 16 bytes.
-__device__ __forceinline__ long long stream_counter_words(const ConvParams& p, int count) {
-  return ((long long)p.G * count + 3) / 4 * 4;
-}
-
-__device__ __forceinline__ void stream_tiles(elem_t* __restrict__ out, float* __restrict__ ws,
-                                             const ConvParams& p, const TensorMap& tmap_a,
-                                             const TensorMap& tmap_b) {
-  const Direction d(p, blockIdx.z);
-  const int n_tiles = (d.cols + BN - 1) / BN, count = (d.rows + BM - 1) / BM * n_tiles;
-  const int blocks = gridDim.x, me = blockIdx.x, KT = d.k_tiles;
-  const long long total = (long long)count * KT;
-  const long long it0 = stream_start(me, total, blocks), it1 = stream_start(me + 1, total, blocks);
-  if (it0 == it1) return;  // more blocks than iterations
-  u64* bars;
-  unsigned char* stages = stage_memory(bars);
-  const int wg = threadIdx.x >> 7;
-  int step = 0;
-  // the segment of the range from `it`: its tile, k-tiles [kb, ke) and origin
-  const auto segment = [&](long long it, int& tile, int& kb, int& ke, int& m0, int& n0) {
-    tile = (int)(it / KT);
-    kb = (int)(it - (long long)tile * KT);
-    ke = it1 - it < KT - kb ? kb + (int)(it1 - it) : KT;
-    m0 = tile / n_tiles * BM;
-    n0 = (tile - tile / n_tiles * n_tiles) * BN;
-  };
-  int tile, kb, ke, m0, n0;
-  if (wg >= CONSUMERS) {
-    for (long long it = it0; it < it1; it += ke - kb) {
-      segment(it, tile, kb, ke, m0, n0);
-      produce_tile(d, tmap_a, tmap_b, stages, bars, m0, n0, kb, ke, step);
-    }
-    produce_end(step);
-    return;
-  }
-  int* counters = reinterpret_cast<int*>(ws) + d.g * count;
-  float* slots = ws + stream_counter_words(p, count) + (long long)d.g * blocks * 2 * BM * BN;
-  const auto row = [&](int m) { return d.row_offset(m); };
-  const int steps = (int)(it1 - it0);
-  for (long long it = it0; it < it1; it += ke - kb) {
-    segment(it, tile, kb, ke, m0, n0);
-    Acc acc;
-    consume(acc, stages, bars, wg, ke - kb, step, steps);
-    if (kb == 0 && ke == KT) {
-      store_pairs(acc, wg, out, m0, d.rows, n0, d.cols, row);
-      continue;
-    }
-    const long long first = (long long)tile * KT;
-    const int j0 = stream_block(first, total, blocks);
-    const int j1 = stream_block(first + KT - 1, total, blocks);
-    float* part = slots + (long long)stream_slot(me, first, total, blocks) * BM * BN;
-    for_each_pair(acc, wg, [&](int r, int c, float v0, float v1) {
-      *reinterpret_cast<float2*>(part + r * BN + c) = make_float2(v0, v1);
-    });
-    split_consumers_sync();  // the consumers' parts written before one thread counts
-    volatile int* last = reinterpret_cast<volatile int*>(bars + 7);  // a spare barrier slot
-    if (threadIdx.x == 0) *last = count_tile(counters + tile) == j1 - j0;
-    split_consumers_sync();
-    if (*last) {
-      for (int j = j0; j <= j1; ++j)
-        if (j != me)
-          add_pairs(acc, wg, slots + (long long)stream_slot(j, first, total, blocks) * BM * BN);
-      store_pairs(acc, wg, out, m0, d.rows, n0, d.cols, row);
-    }
-    split_consumers_sync();  // `last` is read before the next shared tile sets it
-  }
-}
-
 }  // namespace ig
 
 #if IGEMM_OP == 0
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-wgmma_fwd_stream(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
-                 elem_t* __restrict__ y, float* __restrict__ ws, ConvParams p MAPS) {
-  ig::stream_tiles(y, ws, p, tmap_a, tmap_b);
-}
-
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 wgmma_fwd_im2col(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
                  elem_t* __restrict__ y, ConvParams p MAPS) {
@@ -312,12 +172,6 @@ wgmma_fwd_im2col_split(const elem_t* __restrict__ x, const elem_t* __restrict__ 
   ig::im2col_tiles<true>(y, ws, p, kt_per_split, splits, tiles_stride, tmap_a, tmap_b);
 }
 #else
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-wgmma_bwd_data_stream(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
-                      elem_t* __restrict__ dx, float* __restrict__ ws, ConvParams p MAPS) {
-  ig::stream_tiles(dx, ws, p, tmap_a, tmap_b);
-}
-
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 wgmma_bwd_data_im2col(const elem_t* __restrict__ dy, const elem_t* __restrict__ w,
                       elem_t* __restrict__ dx, ConvParams p MAPS) {
