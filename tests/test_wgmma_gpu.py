@@ -1,7 +1,7 @@
-"""conv_wgmma, conv_wgmma_split, conv_wgmma_im2col and conv_wgmma_cluster on a Hopper GPU: every
-instance against the reference on edge shapes, in every direction (skipped where there is no
-GPU; an sm_90a compile is needed, so other GPUs record compile errors, which this test
-reports)."""
+"""conv_wgmma, conv_wgmma_split, conv_wgmma_im2col, conv_wgmma_cluster and conv_wgmma_red on
+a Hopper GPU: every instance against the reference on edge shapes, in every direction (skipped
+where there is no GPU; an sm_90a compile is needed, so other GPUs record compile errors, which
+this test reports)."""
 
 import pytest
 
@@ -137,4 +137,14 @@ def test_every_cluster_instance_is_right(worker, dtype):
     op = "conv2d_bwd_weight"
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in CLUSTER_EDGES]
     failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_cluster"], problems)
+    assert not failures, "\n".join(failures[:40])
+
+
+# conv_wgmma_red (conv_wgmma's split backward-weight, its sums added by red): the edges above
+# and the cluster edges' long reductions over few tiles, where the splits are many.
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_red_instance_is_right(worker, dtype):
+    op = "conv2d_bwd_weight"
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in CLUSTER_EDGES]
+    failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_red"], problems)
     assert not failures, "\n".join(failures[:40])

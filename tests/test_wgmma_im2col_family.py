@@ -234,3 +234,16 @@ def test_window_spans_the_outputs():
         along_w = (p.W - 1 + box.upper[0] - box.lower[0]) // p.stride_w + 1
         along_h = (p.H - 1 + box.upper[1] - box.lower[1]) // p.stride_h + 1
         assert (along_h, along_w) == (p.P, p.Q)
+
+
+@pytest.mark.parametrize("op, entry", [("conv2d_fwd", "wgmma_fwd_im2col_split"),
+                                       ("conv2d_bwd_data", "wgmma_bwd_data_im2col_split")])
+def test_split_sums_are_reductions_in_the_ptx(op, entry):
+    """The split entries add their fp32 sums with red.global.add.f32 (red_sums.cuh): no float
+    atomic, whose reply each add would wait for; the tiles' counts stay atomics."""
+    from tests.ptx import ptx_of
+
+    inst = next(i for i in FAMILY.instances(op, "bf16") if i.settings["split_k"])
+    ptx = ptx_of(FAMILY, inst, entry)
+    assert "red.global.add.f32" in ptx and "atom.global.add.f32" not in ptx
+    assert "atom.global.add.u32" in ptx or "atom.global.add.s32" in ptx

@@ -94,6 +94,20 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
     return keys
 
 
+def _wgmma_red_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_wgmma_red: conv_wgmma's key, and per tile, split_k and occupancy whether the
+    reduction comes to one slice (the rule that leaves the shape to conv_wgmma)."""
+    from kernels.conv.wgmma import blocks_per_sm
+
+    base = _gemm_key(family, instances, operator)
+    classes: dict[tuple[int, ...], Instance] = {}
+    for i in instances:
+        c = i.settings
+        classes.setdefault((c["block_m"], c["block_n"], c["split_k"], blocks_per_sm(c)), i)
+    reps = list(classes.values())
+    return lambda p: (base(p), tuple(family.splits(i, p)[0] == 1 for i in reps))
+
+
 def _direct_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_direct: depthwise or grouped and the widths' residues against vec and kpt, the
     filter (square or not), stride, and the most channels a thread's taps fit in shared memory
@@ -229,4 +243,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
     "conv_wgmma_im2col": _wgmma_im2col_key, "conv_pointwise": _pointwise_key,
     "conv_pointwise_cluster": _pointwise_cluster_key, "conv_wgmma_cluster": _gemm_key,
+    "conv_wgmma_red": _wgmma_red_key,
 }

@@ -16,7 +16,9 @@
 // G of the grid takes k-tiles [slice kt_per_split, + kt_per_split)) and end it as
 // conv_wgmma_split does: fp32 sums added into the zeroed workspace, the last slice of a tile
 // writing it. The entries sit beside wgmma.cu's, not in it, so that conv_wgmma's code and the
-// measurements keyed by its source hash stay as they are.
+// measurements keyed by its source hash stay as they are. Its split sums are added by
+// reductions that return nothing (red_sums.cuh), where conv_wgmma_split's are atomics.
+#include "red_sums.cuh"
 #include "wgmma_split.cu"
 
 #if FARM_DTYPE == 0 || !defined(__CUDA_ARCH_FEAT_SM90_ALL)
