@@ -1,7 +1,7 @@
-"""conv_wgmma, conv_wgmma_split, conv_wgmma_im2col, conv_wgmma_cluster and conv_wgmma_red on
-a Hopper GPU: every instance against the reference on edge shapes, in every direction (skipped
-where there is no GPU; an sm_90a compile is needed, so other GPUs record compile errors, which
-this test reports)."""
+"""conv_wgmma, conv_wgmma_split, conv_wgmma_im2col, conv_wgmma_cluster, conv_wgmma_red and
+conv_wgmma_blockdiag on a Hopper GPU: every instance against the reference on edge shapes, in
+every direction (skipped where there is no GPU; an sm_90a compile is needed, so other GPUs
+record compile errors, which this test reports)."""
 
 import pytest
 
@@ -147,4 +147,27 @@ def test_every_red_instance_is_right(worker, dtype):
     op = "conv2d_bwd_weight"
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in CLUSTER_EDGES]
     failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_red"], problems)
+    assert not failures, "\n".join(failures[:40])
+
+
+# conv_wgmma_blockdiag (groups of 8 to 32 channels as super-groups of 64 with a block-diagonal
+# filter): stride 2 with ragged maps, 7x7, 32 and 8 channels a group, outputs a group twice the
+# inputs, three super-groups, 1x1, and more tiles than blocks. Backward-data serves stride 1.
+BLOCKDIAG_EDGES = [
+    dict(N=2, C=64, K=64, G=4, H=12, W=10, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+    dict(N=1, C=128, K=128, G=8, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=256, K=256, G=8, H=14, W=14, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=3, C=64, K=128, G=8, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=192, K=192, G=12, H=28, W=28, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
+         pad_w=1),
+    dict(N=2, C=128, K=64, G=16, H=10, W=10, R=1, S=1),
+    dict(N=8, C=128, K=128, G=4, H=56, W=56, R=3, S=3, pad_h=1, pad_w=1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data"])
+def test_every_blockdiag_instance_is_right(worker, op, dtype):
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in BLOCKDIAG_EDGES]
+    failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_blockdiag"], problems)
     assert not failures, "\n".join(failures[:40])

@@ -108,6 +108,18 @@ def _wgmma_red_key(family: Any, instances: Sequence[Instance], operator: str) ->
     return lambda p: (base(p), tuple(family.splits(i, p)[0] == 1 for i in reps))
 
 
+def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: str) -> Any:
+    """conv_wgmma_blockdiag: whether the shape has super-groups of whole groups, and then
+    conv_wgmma_im2col's keys of the shape as super-groups."""
+    from kernels.conv.wgmma_blockdiag import blockdiag_refusal, supergroups
+
+    def wrapped(base: RuleKey) -> RuleKey:
+        return lambda p: None if blockdiag_refusal(p) else base(supergroups(p))
+
+    return [(chosen, wrapped(base))
+            for chosen, base in _wgmma_im2col_key(family, instances, operator)]
+
+
 def _direct_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_direct: depthwise or grouped and the widths' residues against vec and kpt, the
     filter (square or not), stride, and the most channels a thread's taps fit in shared memory
@@ -243,5 +255,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_stem": _stem_key, "conv_stem_bwd_weight": _stem_weight_key,
     "conv_wgmma_im2col": _wgmma_im2col_key, "conv_pointwise": _pointwise_key,
     "conv_pointwise_cluster": _pointwise_cluster_key, "conv_wgmma_cluster": _gemm_key,
-    "conv_wgmma_red": _wgmma_red_key,
+    "conv_wgmma_red": _wgmma_red_key, "conv_wgmma_blockdiag": _wgmma_blockdiag_key,
 }
