@@ -19,11 +19,11 @@ def problem(op="conv2d_fwd", **shape):
     return ConvProblem(op=op, dtype="bf16", **{**base, **shape})
 
 
-@pytest.mark.parametrize("op", ["conv2d_fwd", "conv2d_bwd_data"])
-def test_configs_are_conv_wgmma_im2col_s_unsplit_ones(op):
-    ours = [i.settings for i in FAMILY.instances(op, "bf16")]
-    assert ours and ours == [i.settings for i in IM2COL.instances(op, "bf16")
+def test_configs_are_conv_wgmma_im2col_s_unsplit_forward_ones():
+    ours = [i.settings for i in FAMILY.instances("conv2d_fwd", "bf16")]
+    assert ours and ours == [i.settings for i in IM2COL.instances("conv2d_fwd", "bf16")
                              if i.settings["split_k"]]
+    assert FAMILY.instances("conv2d_bwd_data", "bf16") == []
     assert FAMILY.instances("conv2d_bwd_weight", "bf16") == []
 
 
@@ -33,11 +33,6 @@ def test_refusals():
     assert "own" in FAMILY.applicable(inst, problem(G=2))  # 64 channels a group
     assert "divide" in FAMILY.applicable(inst, problem(C=192, K=192, G=8))  # 24 a group
     assert "multiple of 64" in FAMILY.applicable(inst, problem(C=96, K=96, G=6))
-    bwd = [i for i in FAMILY.instances("conv2d_bwd_data", "bf16")
-           if (i.settings["block_m"], i.settings["block_n"]) == (128, 64)]
-    assert all("stride 1" in FAMILY.applicable(i, problem("conv2d_bwd_data")) for i in bwd)
-    assert all(FAMILY.applicable(i, problem("conv2d_bwd_data", stride_h=1, stride_w=1)) is None
-               for i in bwd)
 
 
 def test_launches():
