@@ -1,7 +1,7 @@
-"""conv_wgmma, conv_wgmma_split, conv_wgmma_im2col, conv_wgmma_cluster, conv_wgmma_red and
-conv_wgmma_blockdiag on a Hopper GPU: every instance against the reference on edge shapes, in
-every direction (skipped where there is no GPU; an sm_90a compile is needed, so other GPUs
-record compile errors, which this test reports)."""
+"""conv_wgmma, conv_wgmma_split, conv_wgmma_im2col, conv_wgmma_cluster, conv_wgmma_red,
+conv_wgmma_blockdiag and conv_wgmma_planes on a Hopper GPU: every instance against the
+reference on edge shapes, in every direction (skipped where there is no GPU; an sm_90a compile
+is needed, so other GPUs record compile errors, which this test reports)."""
 
 import pytest
 
@@ -140,17 +140,19 @@ def test_every_cluster_instance_is_right(worker, dtype):
     assert not failures, "\n".join(failures[:40])
 
 
-# conv_wgmma_red (conv_wgmma's split backward-weight, its sums added by red): the edges above
-# and the cluster edges' long reductions over few tiles, where the splits are many; not the
-# edges of 64 output pixels or fewer, whose reduction is one slice (conv_wgmma's own).
+# conv_wgmma_red and conv_wgmma_planes (conv_wgmma's split backward-weight, its sums added by
+# red, or stored in a plane a slice): the edges above and the cluster edges' long reductions
+# over few tiles, where the splits are many; not the edges of 64 output pixels or fewer, whose
+# reduction is one slice (conv_wgmma's own).
 RED_EDGES = [e for e in CLUSTER_EDGES if e["N"] * e["H"] * e["W"] > 64]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_every_red_instance_is_right(worker, dtype):
+@pytest.mark.parametrize("family", ["conv_wgmma_red", "conv_wgmma_planes"])
+def test_every_split_sum_instance_is_right(worker, family, dtype):
     op = "conv2d_bwd_weight"
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in RED_EDGES]
-    failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_red"], problems)
+    failures = verify_on_edges(worker, op, dtype, [family], problems)
     assert not failures, "\n".join(failures[:40])
 
 

@@ -97,15 +97,28 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
 def _wgmma_red_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_wgmma_red: conv_wgmma's key, and per tile, split_k and occupancy whether the
     reduction comes to one slice (the rule that leaves the shape to conv_wgmma)."""
+    base, reps = _gemm_key(family, instances, operator), _split_classes(instances)
+    return lambda p: (base(p), tuple(family.splits(i, p)[0] == 1 for i in reps))
+
+
+def _split_classes(instances: Sequence[Instance]) -> list[Instance]:
+    """conv_wgmma's split instances, one per tile, split_k and occupancy (their splits)."""
     from kernels.conv.wgmma import blocks_per_sm
 
-    base = _gemm_key(family, instances, operator)
     classes: dict[tuple[int, ...], Instance] = {}
     for i in instances:
         c = i.settings
         classes.setdefault((c["block_m"], c["block_n"], c["split_k"], blocks_per_sm(c)), i)
-    reps = list(classes.values())
-    return lambda p: (base(p), tuple(family.splits(i, p)[0] == 1 for i in reps))
+    return list(classes.values())
+
+
+def _wgmma_planes_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_wgmma_planes: conv_wgmma_red's key, and per tile, split_k and occupancy whether
+    the slices' planes pass the family's bound."""
+    from kernels.conv.wgmma_planes import PLANES_BYTES
+
+    base, reps = _wgmma_red_key(family, instances, operator), _split_classes(instances)
+    return lambda p: (base(p), tuple(family.workspace_bytes(i, p) > PLANES_BYTES for i in reps))
 
 
 def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: str) -> Any:
@@ -256,4 +269,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_wgmma_im2col": _wgmma_im2col_key, "conv_pointwise": _pointwise_key,
     "conv_pointwise_cluster": _pointwise_cluster_key, "conv_wgmma_cluster": _gemm_key,
     "conv_wgmma_red": _wgmma_red_key, "conv_wgmma_blockdiag": _wgmma_blockdiag_key,
+    "conv_wgmma_planes": _wgmma_planes_key,
 }
