@@ -17,9 +17,14 @@ With --recording FILE no GPU is needed: the table is read from a recording (`far
 bench/farm_throughput.py --record), whose every pair, the vendor's included, was measured on
 the recorded GPU by the farm's default policy; it is written as vs_vendor_networks.json, with
 geometric means per operator, per network and per shape class.
+
+A run that its time limit stopped goes on with --after: the same command, a new --name and the
+stopped run's JSON, measures only the shapes that run did not (bench/combine_runs.py joins
+the two).
 Usage: python -m bench.vs_vendor [--shapes anchors|networks|all] [--ops ...] [--batch 32 ...]
                                  [--compiled | --no-compiled] [--families ...] [--networks ...]
                                  [--shapes-of FAMILY ...] [--kinds KIND ...] [--time-limit-s S]
+                                 [--after RUN.json ...]
        python -m bench.vs_vendor --ops groupnorm_bwd --shapes networks --batch 8 32
        python -m bench.vs_vendor --recording jobs/recordings/h100-standard.parquet [--out DIR]
 """
@@ -209,6 +214,9 @@ def main() -> None:
     parser.add_argument("--time-limit-s", type=float, default=None,
                         help="start no shape after this many seconds; the shapes measured are "
                              "written (so they are when the run is ended by SIGTERM, too)")
+    parser.add_argument("--after", nargs="*", type=Path, default=[], metavar="RUN.json",
+                        help="skip the shapes these runs measured (an operator, a batch size "
+                             "and a problem): go on where a time limit stopped one")
     args = parser.parse_args()
     if args.recording:
         return from_recording(args.recording, args.out,
@@ -217,6 +225,7 @@ def main() -> None:
     copy_gbps = copy_bandwidth_gbps()
     rows, table = [], []
     seen: set[Problem] = set()
+    done = measured_in(args.after)
     lost: dict | None = None  # the pair that lost the GPU context, which ends the run
     stopped: dict | None = None  # why the run ended before its last shape
     start = time.perf_counter()
@@ -238,8 +247,8 @@ def main() -> None:
             if lost or stopped:
                 break
             for label, problem in shapes(op, args.shapes, args.dtype, batch, args.networks):
-                if problem in seen or ((args.families or args.shapes_of)
-                                       and not serves(chosen, problem)):
+                if problem in seen or (op, batch, problem.label()) in done or (
+                        (args.families or args.shapes_of) and not serves(chosen, problem)):
                     continue
                 if args.kinds is not None and spec.shape_class(problem) not in args.kinds:
                     continue
@@ -299,6 +308,18 @@ def main() -> None:
                          f"{lost['instance']} ({lost['message']})")
     if stopped and stopped["reason"] == SIGTERM_REASON:
         raise SystemExit(f"incomplete: {SIGTERM_REASON} before {stopped['next_shape']}")
+
+
+def measured_in(runs: Sequence[Path]) -> set[tuple[str, int, str]]:
+    """(operator, batch size, problem label) of every shape these vs_vendor runs measured."""
+    done = set()
+    for path in runs:
+        try:
+            shapes = json.loads(path.read_text())["figures"]["shapes"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"--after {path}: not a vs_vendor run's JSON ({exc})") from exc
+        done |= {(s["op"], int(s["batch"]), s["problem"]) for s in shapes}
+    return done
 
 
 def serves(instances: list, problem: Problem) -> bool:

@@ -266,3 +266,41 @@ def test_sigterm_ends_the_run_with_the_shapes_measured_before_it(monkeypatch, tm
     assert figures["stopped"]["reason"] == "ended by SIGTERM"
     pairs = pd.read_parquet(tmp_path / "short_pairs.parquet")
     assert list(pairs["shape"]) == ["first", "first", "second"]
+
+
+def test_after_a_stopped_run_only_the_shapes_it_did_not_measure(monkeypatch, tmp_path):
+    """--after: a run its time limit stopped goes on from the shape it stopped before."""
+    import time
+
+    class SlowWorker:
+        fingerprint = {"gpu_name": "stand-in"}
+        asked: list = []
+
+        def __init__(self, second):
+            pass
+
+        def measure_problem(self, problem, instances, policy):
+            SlowWorker.asked.append(problem.label())
+            time.sleep(0.2)
+            yield EAGER, ok(20.0)
+            yield OURS, ok(10.0)
+
+    vs_vendor = _short_run(monkeypatch, tmp_path, SlowWorker, "--time-limit-s", "0.1")
+    vs_vendor.main()
+    first_run = tmp_path / "short.json"
+    vs_vendor = _short_run(monkeypatch, tmp_path, SlowWorker, "--after", str(first_run),
+                           "--name", "rest")  # the last --name is the one argparse keeps
+    vs_vendor.main()
+    shapes = json.loads((tmp_path / "rest.json").read_text())["figures"]["shapes"]
+    assert [e["shape"] for e in shapes] == ["second"]
+    assert SlowWorker.asked == [PROBLEM.label(), shapes[0]["problem"]]
+
+
+def test_after_something_that_is_not_a_run_is_refused(tmp_path):
+    from bench.vs_vendor import measured_in
+
+    (tmp_path / "x.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="not a vs_vendor run's JSON"):
+        measured_in([tmp_path / "x.json"])
+    with pytest.raises(SystemExit, match="not a vs_vendor run's JSON"):
+        measured_in([tmp_path / "missing.json"])
