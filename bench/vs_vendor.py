@@ -42,6 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.combine_runs import shapes_of
 from bench.common import write_result
 from farm.problems import Problem, ProblemError
 from farm.recording import read_recording, row_problem
@@ -247,7 +248,7 @@ def main() -> None:
             if lost or stopped:
                 break
             for label, problem in shapes(op, args.shapes, args.dtype, batch, args.networks):
-                if problem in seen or (op, batch, problem.label()) in done or (
+                if problem in seen or (op, problem.label()) in done or (
                         (args.families or args.shapes_of) and not serves(chosen, problem)):
                     continue
                 if args.kinds is not None and spec.shape_class(problem) not in args.kinds:
@@ -310,15 +311,14 @@ def main() -> None:
         raise SystemExit(f"incomplete: {SIGTERM_REASON} before {stopped['next_shape']}")
 
 
-def measured_in(runs: Sequence[Path]) -> set[tuple[str, int, str]]:
-    """(operator, batch size, problem label) of every shape these vs_vendor runs measured."""
-    done = set()
+def measured_in(runs: Sequence[Path]) -> set[tuple[str, str]]:
+    """(operator, problem label: its batch size in it) of every shape these runs measured."""
+    done: set[tuple[str, str]] = set()
     for path in runs:
         try:
-            shapes = json.loads(path.read_text())["figures"]["shapes"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            done |= set(shapes_of(path))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SystemExit(f"--after {path}: not a vs_vendor run's JSON ({exc})") from exc
-        done |= {(s["op"], int(s["batch"]), s["problem"]) for s in shapes}
     return done
 
 

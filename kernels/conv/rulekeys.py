@@ -97,28 +97,30 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
 def _wgmma_red_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_wgmma_red: conv_wgmma's key, and per tile, split_k and occupancy whether the
     reduction comes to one slice (the rule that leaves the shape to conv_wgmma)."""
-    base, reps = _gemm_key(family, instances, operator), _split_classes(instances)
-    return lambda p: (base(p), tuple(family.splits(i, p)[0] == 1 for i in reps))
+    return _slices_key(family, instances, operator, lambda p, slices: slices == 1)
 
 
-def _split_classes(instances: Sequence[Instance]) -> list[Instance]:
-    """conv_wgmma's split instances, one per tile, split_k and occupancy (their splits)."""
+def _wgmma_planes_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
+    """conv_wgmma_planes: conv_wgmma_red's rule, and whether the slices' planes pass the
+    family's bound."""
+    from kernels.conv.wgmma_planes import PLANES_BYTES, planes_bytes
+
+    return _slices_key(family, instances, operator, lambda p, slices: (
+        slices == 1, planes_bytes(p, slices) > PLANES_BYTES))
+
+
+def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
+                rule: Callable[[Any, int], Hashable]) -> RuleKey:
+    """conv_wgmma's key, and rule(shape, slices) for one instance per tile, split_k and
+    occupancy (the instances whose slices are the same)."""
     from kernels.conv.wgmma import blocks_per_sm
 
     classes: dict[tuple[int, ...], Instance] = {}
     for i in instances:
         c = i.settings
         classes.setdefault((c["block_m"], c["block_n"], c["split_k"], blocks_per_sm(c)), i)
-    return list(classes.values())
-
-
-def _wgmma_planes_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
-    """conv_wgmma_planes: conv_wgmma_red's key, and per tile, split_k and occupancy whether
-    the slices' planes pass the family's bound."""
-    from kernels.conv.wgmma_planes import PLANES_BYTES
-
-    base, reps = _wgmma_red_key(family, instances, operator), _split_classes(instances)
-    return lambda p: (base(p), tuple(family.workspace_bytes(i, p) > PLANES_BYTES for i in reps))
+    base, reps = _gemm_key(family, instances, operator), list(classes.values())
+    return lambda p: (base(p), tuple(rule(p, family.splits(i, p)[0]) for i in reps))
 
 
 def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: str) -> Any:

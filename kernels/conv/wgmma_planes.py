@@ -19,6 +19,11 @@ from kernels.registry import register
 PLANES_BYTES = 25 << 20
 
 
+def planes_bytes(problem: ConvProblem, slices: int) -> int:
+    """The workspace of `slices` planes: an fp32 dw each."""
+    return 4 * problem.tensor_elements()["weight"] * slices
+
+
 class WgmmaPlanesConv(WgmmaRedConv):
     name = "conv_wgmma_planes"
     short = "wgmma_pl"
@@ -37,7 +42,7 @@ class WgmmaPlanesConv(WgmmaRedConv):
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
         """A plane of fp32 sums a slice."""
         splits = self.splits(instance, problem)[0]
-        return 0 if splits == 1 else 4 * problem.tensor_elements()["weight"] * splits
+        return 0 if splits == 1 else planes_bytes(problem, splits)
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         _, split, _ = super().launches(instance, problem)
