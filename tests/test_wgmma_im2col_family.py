@@ -247,3 +247,15 @@ def test_split_sums_are_reductions_in_the_ptx(op, entry):
     ptx = ptx_of(FAMILY, inst, entry)
     assert "red.global.add.f32" in ptx and "atom.global.add.f32" not in ptx
     assert "atom.global.add.u32" in ptx or "atom.global.add.s32" in ptx
+
+
+def test_tiles_of_192_rows_make_whole_waves_where_128_does_not():
+    """6,272 rows (14x14 at N = 32) by 256 outputs: 132 tiles of 192 x 64, one a
+    multiprocessor, where 128 x 128 makes 98."""
+    p = ConvProblem(op="conv2d_fwd", dtype="bf16", N=32, C=1024, K=256, G=1, H=14, W=14, R=1,
+                    S=1)
+    unsplit = {(i.settings["block_m"], i.settings["block_n"]): i
+               for i in FAMILY.instances("conv2d_fwd", "bf16")
+               if i.settings["split_k"] == 1 and FAMILY.applicable(i, p) is None}
+    assert FAMILY.tiles(unsplit[192, 64], p) == 132 and FAMILY.tiles(unsplit[128, 128], p) == 98
+    assert FAMILY.grid(unsplit[192, 64], p)[0] == 132

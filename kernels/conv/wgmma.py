@@ -58,11 +58,12 @@ def threads(config: dict[str, Any]) -> int:
     return 128 * (config["block_m"] // config["wg_m"] + config["producers"])
 
 
-def generate_configs(op: str) -> list[dict[str, Any]]:
-    """Per tile the deepest pipeline that fits and three stages (less shared memory: two blocks
-    a multiprocessor where the registers allow it)."""
+def generate_configs(op: str, tiles: list[tuple[int, int, int, int]] = TILES
+                     ) -> list[dict[str, Any]]:
+    """Per tile (of `tiles`) the deepest pipeline that fits and three stages (less shared
+    memory: two blocks a multiprocessor where the registers allow it)."""
     out = []
-    for bm, bn, producers, wg_m in TILES:
+    for bm, bn, producers, wg_m in tiles:
         stage = (bm + bn) * BLOCK_K * 2
         deepest = min(MAX_STAGES, (SMEM_OPT_IN - ALIGN - BARRIER_BYTES) // stage)
         for stages in sorted({deepest, min(deepest, 3)}, reverse=True):

@@ -4,7 +4,7 @@ issues both operands' copies a k-tile, where conv_wgmma's producer warpgroup gat
 them by cp.async. A k-tile is 64 channels of one filter tap, so the channels it reduces over
 (C/G forward, K/G backward-data) are a multiple of 64; the im2col map's bounding box corners
 (about the padding and the filter's reach) fit its [-128, 127] and the stride its 1 to 8.
-Configurations: conv_wgmma's tiles and pipelines, and `split_k`: 1, or 0 for the slices of
+Configurations: conv_wgmma's tiles and pipelines and two of 192 rows, and `split_k`: 1, or 0 for the slices of
 the reduction that make the fewest waves of resident blocks (`slices`; 64-row consumers, the
 sums ended as conv_wgmma_split ends them; refused where that is one slice). sm_90a only."""
 
@@ -15,8 +15,8 @@ from typing import Any
 from kernels.conv.igemm import GRID_Z_LIMIT, _cdiv
 from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
-from kernels.conv.wgmma import (BLOCK_K, SM_COUNT, WgmmaConv, blocks_per_sm, generate_configs,
-                                shared_bytes, threads)
+from kernels.conv.wgmma import (BLOCK_K, SM_COUNT, TILES, WgmmaConv, blocks_per_sm,
+                                generate_configs, shared_bytes, threads)
 from kernels.conv.wgmma_split import MIN_SLICE_K_TILES, WgmmaSplitConv, reduction_k_tiles
 from kernels.family import Im2col, Instance, Launch, TensorMap, grid_stride_blocks
 from kernels.registry import register
@@ -25,6 +25,11 @@ OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
 CORNER = (-128, 127)  # an im2col map's corner offsets, 4D tensors
 MAX_STRIDE = 8  # an im2col map's element strides
 MAX_SLICES = 16
+# Beside conv_wgmma's tiles, 192 rows (three consumer warpgroups of 64, 512 threads) by 64 or
+# 128: other tile counts for the same rows, so that more layers come to whole waves of 132
+# multiprocessors (6,272 rows, a 14x14 map at N = 32, by 256 outputs: 132 tiles of 192 x 64
+# where 128 x 128 makes 98).
+WAVE_TILES = [(192, 64, 1, 64), (192, 128, 1, 64)]
 SLICE_COST = 0.1  # a split's fp32 sums and zeroing, as a share of the unsplit waves' time
 
 
@@ -99,7 +104,8 @@ class WgmmaIm2colConv(WgmmaSplitConv):
         if operator not in OPERATORS:
             return []
         tiles = [{k: v for k, v in c.items() if k != "tma"}
-                 for c in generate_configs(operator) if c["tma"] == 2 and c["producers"] == 1]
+                 for c in generate_configs(operator, TILES + WAVE_TILES)
+                 if c["tma"] == 2 and c["producers"] == 1]
         return [{**c, "split_k": split} for split in (1, 0) for c in tiles
                 if split or c["wg_m"] == 64]
 
