@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -27,14 +28,16 @@ def geomean(values: pd.Series) -> float | None:
     return float(math.exp(values.map(math.log).mean())) if len(values) else None
 
 
-def best_times(pairs: pd.DataFrame, pattern: str) -> pd.DataFrame:
+def best_times(pairs: pd.DataFrame, pattern: str, regex: bool = False) -> pd.DataFrame:
     """Per (op, batch, problem): the vendor's time and our best with and without the
-    instances whose name contains `pattern` (NaN where nothing of ours is left)."""
+    instances whose name contains `pattern` (a regular expression found anywhere in the name
+    where `regex`; NaN where nothing of ours is left)."""
     ok = pairs[pairs["status"] == "ok"]
     keys = ["op", "batch", "problem"]
     vendor = ok[ok["family"] == "vendor"].groupby(keys)["median_us"].min()
     ours = ok[ok["family"] != "vendor"]
-    dropped = ours["instance"].str.contains(pattern, regex=False)
+    found = re.compile(pattern if regex else re.escape(pattern)).search
+    dropped = ours["instance"].map(lambda name: found(name) is not None).astype(bool)
     return pd.DataFrame({"vendor_us": vendor,
                          "with_us": ours.groupby(keys)["median_us"].min(),
                          "without_us": ours[~dropped].groupby(keys)["median_us"].min(),
@@ -65,6 +68,8 @@ def main() -> None:
                                               "beside it)")
     parser.add_argument("--without", required=True, metavar="PATTERN",
                         help="leave out the instances whose name contains this")
+    parser.add_argument("--regex", action="store_true",
+                        help="PATTERN is a regular expression (e.g. '_ch(24|48)_')")
     parser.add_argument("--name", required=True)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -74,7 +79,7 @@ def main() -> None:
         raise SystemExit(f"{pairs_path} not found: the run's pairs are needed")
     kinds = {(s["op"], s["batch"], s["problem"]): s.get("kind", "?")
              for s in run["figures"]["shapes"]}
-    times = best_times(pd.read_parquet(pairs_path), args.without)
+    times = best_times(pd.read_parquet(pairs_path), args.without, args.regex)
     rows = summarise(times, kinds)
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     print(f"{args.run.name} ({run['device'].get('gpu_name')}, {run['date']}), "
@@ -88,7 +93,7 @@ def main() -> None:
             "with_us": float(times.loc[k, "with_us"]), "vendor_us": float(times.loc[k, "vendor_us"])}
            for k, v in gain.head(10).items() if not math.isnan(v)]
     figures = {"run": args.run.name, "run_date": run["date"], "run_command": run["command"],
-               "without": args.without, "classes": rows, "largest_gains": top}
+               "without": args.without, "regex": args.regex, "classes": rows, "largest_gains": top}
     print(f"wrote {write_result(args.name, run['device'], figures, args.out)}")
 
 

@@ -35,3 +35,11 @@ def test_classes_summarised_over_the_shapes_they_serve():
     assert row["without"] == pytest.approx((10 / 20 * 10 / 5) ** 0.5)  # C has none left
     assert row["served_with"] == pytest.approx((10 / 8 * 1.0) ** 0.5)
     assert row["served_without"] == pytest.approx(10 / 20)
+
+
+def test_a_regular_expression_leaves_out_several_kinds():
+    times = best_times(pairs(), r"^(a|b)_tma[12]$", regex=True).droplevel(["op", "batch"])
+    assert pd.isna(times.loc["A", "without_us"]) and pd.isna(times.loc["B", "without_us"])
+    assert times.loc["C", "without_us"] == 10.0  # c_tma2 stays
+    literal = best_times(pairs(), "(a|b)").droplevel(["op", "batch"])  # not a regex: no match
+    assert literal["without_us"].tolist() == literal["with_us"].tolist()
