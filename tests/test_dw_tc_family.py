@@ -30,7 +30,7 @@ def test_config_space():
         if c["fr"] == 7:  # a larger tile's addresses beside 25 accumulator tiles spill
             assert c["tile_h"] * c["tile_w"] == 64 and c["occ"] == 1
     assert {(c["fr"], c["stride"], c["cluster"]) for c in configs} == {
-        (f, s, k) for f in (3, 5, 7) for s in (1, 2) for k in (1, 4, 8)}
+        (f, s, k) for f in (3, 5, 7) for s in (1, 2) for k in (1, 4, 8, 16)}
     assert {c["occ"] for c in configs} == {1, 2}
     assert FAMILY.instances("conv2d_bwd_weight", "fp32") == []
     assert FAMILY.instances("conv2d_fwd", "bf16") == []

@@ -150,7 +150,7 @@ def test_backward_weight_configurations_fit():
     configs = WEIGHT_FAMILY.configs("conv2d_bwd_weight")
     assert configs and {c["stride"] for c in configs} == {1, 2}
     assert {c["fr"] for c in configs} == {3, 5, 7}
-    assert {c["cluster"] for c in configs} == {1, 4, 8}
+    assert {c["cluster"] for c in configs} == {1, 4, 8, 16}
     assert {c["rows"] for c in configs} == {1, 2, 4}
     for c in configs:
         assert register_cap(c) >= 128 and c["stages"] <= 3

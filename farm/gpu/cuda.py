@@ -277,7 +277,21 @@ class CudaDevice(Device):
         return _check(driver.cuModuleLoadData(code), "cuModuleLoadData")
 
     def function(self, module: Any, name: str) -> Any:
-        return _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        """The kernel; one compiled for clusters of more than 8 blocks (`__cluster_dims__`, up
+        to 16 on Hopper) is allowed its non-portable cluster size."""
+        function = _check(driver.cuModuleGetFunction(module, name.encode()),
+                          "cuModuleGetFunction")
+        attrs = driver.CUfunction_attribute
+        blocks = 1
+        for dim in ("WIDTH", "HEIGHT", "DEPTH"):
+            err, size = driver.cuFuncGetAttribute(
+                getattr(attrs, f"CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_{dim}"), function)
+            blocks *= size if err == _R.CUDA_SUCCESS and size > 0 else 1
+        if blocks > 8:
+            _check(driver.cuFuncSetAttribute(
+                function, attrs.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                "cuFuncSetAttribute (non-portable cluster size)", unknown=LAUNCH_REJECTED)
+        return function
 
     def tensor_map(self, pointer: int, spec: Any) -> bytes:
         """cuTensorMapEncodeTiled (or, with spec.im2col, cuTensorMapEncodeIm2col): 16-bit

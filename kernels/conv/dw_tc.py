@@ -21,7 +21,7 @@ CHANNELS = 64  # a block's channels: 8 groups of 8, the 128-byte rows of the swi
 WARPS = 8  # one a group of 8 channels
 FILTERS = (3, 5, 7)
 TILES = ((8, 8), (4, 16), (8, 16), (16, 8), (16, 16))
-CLUSTERS = (1, 4, 8)
+CLUSTERS = (1, 4, 8, 16)
 
 
 def threads(config: dict[str, Any]) -> int:
@@ -41,7 +41,7 @@ def shared_bytes(config: dict[str, Any]) -> int:
 
 def generate_configs() -> list[dict[str, Any]]:
     """Every filter, stride and tile, 2 to 4 stages, the splits' sums in a workspace or a
-    cluster of 4 or 8; occ the blocks a multiprocessor whose registers (255 a thread, or 128
+    cluster of 4, 8 or 16; occ the blocks a multiprocessor whose registers (255 a thread, or 128
     for 3x3 filters and 5x5 at stride 1 on 64-pixel tiles) and shared memory fit. 7x7
     filters on 64-pixel tiles only (NVRTC: a warp's 25 accumulator tiles and a larger tile's
     addresses spill)."""

@@ -206,11 +206,12 @@ FAMILY = register(DepthwiseTmaConv())
 # Backward-weight (conv/dw_tma_bwd_weight.cu): the same tiles of dy with the input under them;
 # the splits' sums meet either in slices of a workspace laid out as dw, added by a second
 # launch (cluster 1), or in the distributed shared memory of a thread-block cluster whose
-# blocks are the splits (cluster 4 or 8: one launch, no workspace).
+# blocks are the splits (cluster 4, 8 or 16: one launch, no workspace; 16 is a non-portable
+# cluster size, which farm/gpu/cuda.py allows for the kernels compiled with it).
 REDUCE_BLOCK = 256  # dw_tma_reduce: 8 warps over the slices of 32 consecutive entries
 REDUCE_ENTRIES = 32
 WEIGHT_ROWS = (1, 2, 4)  # bands of a tile's rows, one a thread: more threads a block
-WEIGHT_CLUSTERS = (1, 4, 8)
+WEIGHT_CLUSTERS = (1, 4, 8, 16)
 MAX_WEIGHT_THREADS = 512
 
 
