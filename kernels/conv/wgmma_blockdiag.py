@@ -5,9 +5,9 @@ first launch writes that filter, K x R x S x 64 with zeros off the groups' block
 workspace; the second runs conv_wgmma_im2col's forward over the super-groups, the im2col
 copies bringing 64 channels of a tap at a time. Forward only: backward-data the same way
 (stride 1) was verified and measured and was best on none of the grouped layers at N = 32, 8
-or 1. The matrix units do 64 / (C/G) times the useful products, which grouped layers, bound by memory, can afford: the
-stride-2 grouped layers of 16 and 32 channels a group are where conv_grouped_mma's mma.sync
-tiles run at 0.6 to 0.9 of cuDNN. sm_90a only."""
+or 1. The matrix units do 64 / (C/G) times the useful products, which grouped layers, bound
+by memory, can afford: the stride-2 grouped layers of 16 and 32 channels a group are where
+conv_grouped_mma's mma.sync tiles run at 0.6 to 0.9 of cuDNN. sm_90a only."""
 
 from __future__ import annotations
 

@@ -4,9 +4,10 @@ issues both operands' copies a k-tile, where conv_wgmma's producer warpgroup gat
 them by cp.async. A k-tile is 64 channels of one filter tap, so the channels it reduces over
 (C/G forward, K/G backward-data) are a multiple of 64; the im2col map's bounding box corners
 (about the padding and the filter's reach) fit its [-128, 127] and the stride its 1 to 8.
-Configurations: conv_wgmma's tiles and pipelines and two of 192 rows, and `split_k`: 1, or 0 for the slices of
-the reduction that make the fewest waves of resident blocks (`slices`; 64-row consumers, the
-sums ended as conv_wgmma_split ends them; refused where that is one slice). sm_90a only."""
+Configurations: conv_wgmma's tiles and pipelines and two of 192 rows (WAVE_TILES), and
+`split_k`: 1, or 0 for the slices of the reduction that make the fewest waves of resident
+blocks (`slices`; 64-row consumers, the sums ended as conv_wgmma_split ends them; refused where
+that is one slice). sm_90a only."""
 
 from __future__ import annotations
 
