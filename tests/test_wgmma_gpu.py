@@ -1,7 +1,8 @@
 """conv_wgmma, conv_wgmma_split, conv_wgmma_im2col, conv_wgmma_cluster, conv_wgmma_red,
-conv_wgmma_blockdiag and conv_wgmma_planes on a Hopper GPU: every instance against the
-reference on edge shapes, in every direction (skipped where there is no GPU; an sm_90a compile
-is needed, so other GPUs record compile errors, which this test reports)."""
+conv_wgmma_blockdiag, conv_wgmma_planes and conv_wgmma_blockdiag_weight on a Hopper GPU: every
+instance against the reference on edge shapes, in every direction (skipped where there is no
+GPU; an sm_90a compile is needed, so other GPUs record compile errors, which this test
+reports)."""
 
 import pytest
 
@@ -156,9 +157,9 @@ def test_every_split_sum_instance_is_right(worker, family, dtype):
     assert not failures, "\n".join(failures[:40])
 
 
-# conv_wgmma_blockdiag (groups of 8 to 32 channels as super-groups of 64 with a block-diagonal
-# filter): stride 2 with ragged maps, 7x7, 32 and 8 channels a group, outputs a group twice the
-# inputs, three super-groups, 1x1, and more tiles than blocks (forward only).
+# conv_wgmma_blockdiag and conv_wgmma_blockdiag_weight (groups of 4 to 32 channels as
+# super-groups of 64): stride 2 with ragged maps, 7x7, 32, 8 and 4 channels a group, outputs a
+# group twice the inputs, three super-groups, 1x1, and more tiles than blocks.
 BLOCKDIAG_EDGES = [
     dict(N=2, C=64, K=64, G=4, H=12, W=10, R=3, S=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
     dict(N=1, C=128, K=128, G=8, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
@@ -168,12 +169,14 @@ BLOCKDIAG_EDGES = [
          pad_w=1),
     dict(N=2, C=128, K=64, G=16, H=10, W=10, R=1, S=1),
     dict(N=8, C=128, K=128, G=4, H=56, W=56, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=128, K=128, G=32, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
 ]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_every_blockdiag_instance_is_right(worker, dtype):
-    op = "conv2d_fwd"
+@pytest.mark.parametrize("op, family", [("conv2d_fwd", "conv_wgmma_blockdiag"),
+                                        ("conv2d_bwd_weight", "conv_wgmma_blockdiag_weight")])
+def test_every_blockdiag_instance_is_right(worker, op, family, dtype):
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in BLOCKDIAG_EDGES]
-    failures = verify_on_edges(worker, op, dtype, ["conv_wgmma_blockdiag"], problems)
+    failures = verify_on_edges(worker, op, dtype, [family], problems)
     assert not failures, "\n".join(failures[:40])

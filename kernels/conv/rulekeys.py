@@ -135,6 +135,16 @@ def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: s
             for chosen, base in _wgmma_im2col_key(family, instances, operator)]
 
 
+def _wgmma_blockdiag_weight_key(family: Any, instances: Sequence[Instance],
+                                operator: str) -> RuleKey:
+    """conv_wgmma_blockdiag_weight: whether the shape has super-groups of whole groups, and
+    then conv_wgmma_planes' key of the shape as super-groups."""
+    from kernels.conv.wgmma_blockdiag import blockdiag_refusal, supergroups
+
+    base = _wgmma_planes_key(family, instances, operator)
+    return lambda p: None if blockdiag_refusal(p) else base(supergroups(p))
+
+
 def _direct_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_direct: depthwise or grouped and the widths' residues against vec and kpt, the
     filter (square or not), stride, and the most channels a thread's taps fit in shared memory
@@ -272,4 +282,5 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_pointwise_cluster": _pointwise_cluster_key, "conv_wgmma_cluster": _gemm_key,
     "conv_wgmma_red": _wgmma_red_key, "conv_wgmma_blockdiag": _wgmma_blockdiag_key,
     "conv_wgmma_planes": _wgmma_planes_key,
+    "conv_wgmma_blockdiag_weight": _wgmma_blockdiag_weight_key,
 }

@@ -4,17 +4,27 @@
 // its group's C/G weights at its slot of the super-group's 64 input channels, zeros elsewhere.
 #include "wgmma_im2col.cu"
 
-// w' from w [K][R][S][Cg], a grid-stride loop over w''s elements (16-bit, any element type):
-// element (k, rs, j) is w's (k, rs, j - slot Cg) where that lies in [0, Cg), slot the place of
-// k's group (k / Kg) among its super-group's 64 / Cg groups; else zero.
+// w' from w [K][R][S][Cg], a grid-stride loop over w''s 16-byte chunks (8 16-bit elements, any
+// element type; 8 chunks a row of 64): element (k, rs, j) is w's (k, rs, j - slot Cg) where that
+// lies in [0, Cg), slot the place of k's group (k / Kg) among its super-group's 64 / Cg groups;
+// else zero. Groups of 8 channels or more copy whole chunks (16-byte loads and stores).
 extern "C" __global__ void expand_blockdiag(const unsigned short* __restrict__ w,
                                             unsigned short* __restrict__ out, int K, int RS,
                                             int Cg, int Kg) {
-  const long long total = (long long)K * RS * 64;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-       i += (long long)gridDim.x * blockDim.x) {
-    const int krs = (int)(i >> 6), j = (int)(i & 63), k = krs / RS;
-    const int c = j - (k / Kg) % (64 / Cg) * Cg;
-    out[i] = c >= 0 && c < Cg ? w[(long long)krs * Cg + c] : (unsigned short)0;
+  const int chunks = K * RS * 8;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += gridDim.x * blockDim.x) {
+    const int krs = i >> 3, k = krs / RS, c0 = (i & 7) * 8 - (k / Kg) % (64 / Cg) * Cg;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (Cg % 8 == 0) {
+      if (c0 >= 0 && c0 < Cg) v = *reinterpret_cast<const uint4*>(w + (long long)krs * Cg + c0);
+    } else {
+      unsigned short e[8];
+#pragma unroll
+      for (int t = 0; t < 8; ++t)
+        e[t] = c0 + t >= 0 && c0 + t < Cg ? w[(long long)krs * Cg + c0 + t] : (unsigned short)0;
+      v = make_uint4(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16,
+                     e[4] | (unsigned)e[5] << 16, e[6] | (unsigned)e[7] << 16);
+    }
+    reinterpret_cast<uint4*>(out)[i] = v;
   }
 }

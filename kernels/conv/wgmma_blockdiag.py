@@ -69,8 +69,8 @@ class WgmmaBlockdiagConv(WgmmaIm2colConv):
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
         p, q = problem, supergroups(problem)
         (main,) = super().launches(instance, q)
-        elements = p.K * p.R * p.S * SUPER
-        expand = Launch("expand_blockdiag", (grid_stride_blocks(elements, 256), 1, 1),
+        chunks = p.K * p.R * p.S * SUPER // 8  # 16 bytes a thread
+        expand = Launch("expand_blockdiag", (grid_stride_blocks(chunks, 256), 1, 1),
                         (256, 1, 1), ("w", "workspace", p.K, p.R * p.S, p.c_per_group,
                                       p.k_per_group))
         args = tuple("workspace" if a == "w" else
