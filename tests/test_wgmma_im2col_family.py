@@ -11,7 +11,7 @@ import pytest
 from farm.launch import pack_args
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma import SMEM_OPT_IN, shared_bytes
-from kernels.conv.wgmma_im2col import FAMILY, window
+from kernels.conv.wgmma_im2col import FAMILY, slices, window
 from kernels.family import Im2col, TensorMap
 
 OPS = ("conv2d_fwd", "conv2d_bwd_data")
@@ -71,6 +71,17 @@ def test_split_instances():
                  if i.settings["split_k"] and i.settings["block_n"] == 128)
     assert FAMILY.applicable(whole, big) is None and FAMILY.workspace_bytes(whole, big) == 0
     assert [launch.entry for launch in FAMILY.launches(whole, small)] == ["wgmma_bwd_data_im2col"]
+
+
+def test_slices_count_each_blocks_own_time():
+    """C512 K512 7x7 3x3 (72 k-tiles) on 132 multiprocessors: 100 tiles of 64 x 128 make one
+    wave unsplit, where two slices would make two waves of 36 k-tiles and each block's own
+    time; 52 tiles of 128 x 128 split in two and 36 of 192 x 128 in three, one wave each."""
+    assert slices(100, 132, 72, 16) == 1
+    assert slices(52, 132, 72, 16) == 2
+    assert slices(36, 132, 72, 16) == 3
+    assert slices(36, 132, 72, 2) == 2  # at most the grid's z
+    assert slices(100, 1320, 72, 16) == 12  # room for 12 slices of 6 k-tiles in one wave
 
 
 def test_tensor_maps():

@@ -5,10 +5,14 @@ of the super-groups' filter, K x R x S x 64, into a plane of the workspace, and 
 sums the planes' diagonal blocks (each output channel's own group) into dw. The matrix units
 do 64 / (C/G) times the useful products and every tile is whole: 64 output channels by 64
 input channels a filter tap, where conv_wgmma's tiles over one group of 16 channels leave most
-of a 64-wide tile empty. Every slice count conv_wgmma's split configurations ask for, one
-included (the planes are the only way to dw here). sm_90a only."""
+of a 64-wide tile empty. Configurations: conv_wgmma_planes' of 64-row tiles (a super-group's
+K/G' outputs are 64 where K = C) with the slices that fill the GPU or 4, by both gathers of x
+(tma 0 and 1); the rest were best on no grouped layer at N = 32 (docs/BENCHMARKS.md). One
+slice included (the planes are the only way to dw here). sm_90a only."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
@@ -23,6 +27,10 @@ class WgmmaBlockdiagWeightConv(WgmmaPlanesConv):
     name = "conv_wgmma_blockdiag_weight"
     short = "wgmma_bdw"
     source_file = "conv/wgmma_blockdiag_weight.cu"
+
+    def configs(self, operator: str) -> list[dict[str, Any]]:
+        return [c for c in super().configs(operator)
+                if c["block_m"] == 64 and c["split_k"] in (0, 4) and c["tma"] != 2]
 
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
         why = blockdiag_refusal(problem)

@@ -32,16 +32,21 @@ MAX_SLICES = 16
 # where 128 x 128 makes 98).
 WAVE_TILES = [(192, 64, 1, 64), (192, 128, 1, 64)]
 SLICE_COST = 0.1  # a split's fp32 sums and zeroing, as a share of the unsplit waves' time
+# A block's own time beside its k-tiles, in k-tiles: its pipeline's filling and its epilogue
+# (Nsight Compute, C512 K512 7x7 3x3 forward on the H200: 64 x 128 tiles in 12 slices of 6
+# k-tiles took 7.7 us a wave where the unsplit 72 took 31.3, about 12 k-tiles more a block).
+BLOCK_K_TILES = 10
 
 
 def slices(blocks: int, resident: int, k_tiles: int, most: int) -> int:
     """The slices of a reduction of `k_tiles` that run `blocks` output tiles (every grid z) in
-    the least time on `resident` blocks at once: waves of whole-length work ceil(blocks x
-    slices / resident) / slices, a split SLICE_COST dearer; each slice at least
+    the least time on `resident` blocks at once: waves ceil(blocks x slices / resident) of a
+    slice's k-tiles and BLOCK_K_TILES more, a split SLICE_COST dearer; each slice at least
     MIN_SLICE_K_TILES long, at most `most` (the grid's z) and MAX_SLICES."""
     top = max(1, min(MAX_SLICES, most, k_tiles // MIN_SLICE_K_TILES))
     return min(range(1, top + 1), key=lambda s: (
-        -(-blocks * s // resident) / s * (1 + SLICE_COST * (s > 1)), s))
+        -(-blocks * s // resident) * (-(-k_tiles // s) + BLOCK_K_TILES)
+        * (1 + SLICE_COST * (s > 1)), s))
 
 
 def image_map(name: str, channels: int, width: int, height: int, images: int, rows: int,
