@@ -6,7 +6,7 @@ sums the planes' diagonal blocks (each output channel's own group) into dw. The 
 do 64 / (C/G) times the useful products and every tile is whole: 64 output channels by 64
 input channels a filter tap, where conv_wgmma's tiles over one group of 16 channels leave most
 of a 64-wide tile empty. Configurations: conv_wgmma_planes' of 64-row tiles (a super-group's
-K/G' outputs are 64 where K = C) with the slices that fill the GPU or 4, by both gathers of x
+K/G' outputs are 64 where K = C) with the slices that fill the GPU or 4, dy gathered or by TMA
 (tma 0 and 1); the rest were best on no grouped layer at N = 32 (docs/BENCHMARKS.md). One
 slice included (the planes are the only way to dw here). sm_90a only."""
 
