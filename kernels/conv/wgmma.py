@@ -172,14 +172,20 @@ class WgmmaConv(IGemmConv):
         words, fused = self.workspace_bytes(instance, p) // 4, c["fused_reduce"]
         small = (grid_stride_blocks(words, 256), 1, 1)
         launches = [Launch("igemm_zero", small, (256, 1, 1), ("workspace", words)),
-                    Launch("wgmma_bwd_weight_split", grid, block,
-                           ("x", "dy", "dw", "workspace", params, per, splits, fused, *maps),
-                           smem)]
+                    self.split_launch(instance, p, fused)]
         if fused:
             return launches
         n = p.tensor_elements()["weight"]
         return launches + [Launch("igemm_reduce", (grid_stride_blocks(n, 256), 1, 1),
                                   (256, 1, 1), ("workspace", "dw", n))]
+
+    def split_launch(self, instance: Instance, p: ConvProblem, fused: int) -> Launch:
+        """Backward-weight's split entry (wgmma_bwd_weight_split): each slice's fp32 sums into
+        the workspace, ended in the kernel where `fused` is 1."""
+        c, (splits, per) = instance.settings, self.splits(instance, p)
+        return Launch("wgmma_bwd_weight_split", self.grid(instance, p), (threads(c), 1, 1),
+                      ("x", "dy", "dw", "workspace", conv_params(p), per, splits, fused,
+                       *self.tensor_maps(instance, p)), shared_bytes(c))
 
     def requested_splits(self, instance: Instance, p: ConvProblem) -> int:
         """split_k, where 0 asks for the slices that fill the GPU: at most as many blocks as

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.conv.params import conv_params
 from kernels.conv.problem import ConvProblem
-from kernels.conv.wgmma import WgmmaConv, shared_bytes, threads
-from kernels.conv.wgmma_blockdiag import SUPER, blockdiag_refusal, supergroups
+from kernels.conv.wgmma import WgmmaConv
+from kernels.conv.wgmma_blockdiag import blockdiag_refusal, supergroups
 from kernels.conv.wgmma_planes import PLANES_BYTES, WgmmaPlanesConv, planes_bytes
 from kernels.family import Instance, Launch, grid_stride_blocks
 from kernels.registry import register
@@ -59,16 +58,11 @@ class WgmmaBlockdiagWeightConv(WgmmaPlanesConv):
         return planes_bytes(q, self.splits(instance, q)[0])
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
-        p, q, c = problem, supergroups(problem), instance.settings
-        splits, per = self.splits(instance, q)
-        split = Launch("wgmma_bwd_weight_split", self.grid(instance, p), (threads(c), 1, 1),
-                       ("x", "dy", "dw", "workspace", conv_params(q), per, splits, 0,
-                        *self.tensor_maps(instance, q)), shared_bytes(c))
-        n = p.tensor_elements()["weight"]
-        return [split, Launch("sum_blockdiag_planes", (grid_stride_blocks(n, 256), 1, 1),
-                              (256, 1, 1), ("workspace", "dw", p.K, p.R * p.S, p.c_per_group,
-                                            p.k_per_group, splits))]
+        p, q = problem, supergroups(problem)
+        n, splits = p.tensor_elements()["weight"], self.splits(instance, q)[0]
+        total = Launch("sum_blockdiag_planes", (grid_stride_blocks(n, 256), 1, 1), (256, 1, 1),
+                       ("workspace", "dw", p.K, p.R * p.S, p.c_per_group, p.k_per_group, splits))
+        return [self.split_launch(instance, q, 0), total]
 
 
-assert SUPER == 64  # the .cu's super-group width
 FAMILY = register(WgmmaBlockdiagWeightConv())
