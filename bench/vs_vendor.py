@@ -24,7 +24,7 @@ the two).
 Usage: python -m bench.vs_vendor [--shapes anchors|networks|all] [--ops ...] [--batch 32 ...]
                                  [--compiled | --no-compiled] [--families ...] [--networks ...]
                                  [--shapes-of FAMILY ...] [--kinds KIND ...] [--time-limit-s S]
-                                 [--after RUN.json ...]
+                                 [--after RUN.json ...] [--tables CSV ...]
        python -m bench.vs_vendor --ops groupnorm_bwd --shapes networks --batch 8 32
        python -m bench.vs_vendor --recording jobs/recordings/h100-standard.parquet [--out DIR]
 """
@@ -69,28 +69,32 @@ def _stop(signum, frame) -> None:
     raise Stopped(SIGTERM_REASON)
 
 
-def network_rows(op: str, batch: int | None = None) -> list[dict]:
-    """Every layer of the operator's network tables (*_n{batch}.csv), with network and layer."""
+def network_rows(op: str, batch: int | None = None,
+                 tables: Sequence[Path] | None = None) -> list[dict]:
+    """Every layer of the operator's network tables (*_n{batch}.csv), with network and layer;
+    or of `tables`, whatever their names (layers of networks that nothing trains on)."""
     folder = operator_spec(op).networks_dir
     pattern = f"*_n{batch}.csv" if batch else "*_n*.csv"
     rows = []
-    for path in sorted(folder.glob(pattern)) if folder else []:
+    paths = [t for t in tables if not batch or t.stem.endswith(f"_n{batch}")] if tables else \
+        sorted(folder.glob(pattern)) if folder else []
+    for path in paths:
         network = path.stem.rsplit("_n", 1)[0]  # a per-network table: <network>_n<N>.csv
         with path.open() as handle:
             rows += [{"network": network, **row} for row in csv.DictReader(handle)]
     return rows
 
 
-def shapes(op: str, which: str, dtype: str, batch: int,
-           networks: Sequence[str] | None = None) -> list[tuple[str, Problem]]:
+def shapes(op: str, which: str, dtype: str, batch: int, networks: Sequence[str] | None = None,
+           tables: Sequence[Path] | None = None) -> list[tuple[str, Problem]]:
     """(label, problem) of the anchors (convolutions) and/or the network layers at `batch`
-    (of `networks` only, where given)."""
+    (of `networks` only, where given; from `tables` instead of the operator's, where given)."""
     spec = operator_spec(op)
     out = []
     if which in ("anchors", "all") and op.startswith("conv2d_"):
         out += [(label, spec.problem(dtype, {**fields, "N": batch})) for label, fields in ANCHORS]
     if which in ("networks", "all"):
-        for row in network_rows(op, batch):
+        for row in network_rows(op, batch, tables):
             network = row.get("network") or ""
             if networks is not None and network not in networks:
                 continue
@@ -209,6 +213,9 @@ def main() -> None:
     parser.add_argument("--networks", nargs="*", default=None,
                         help="the layers of these networks only (the tables' file names, e.g. "
                              "xception)")
+    parser.add_argument("--tables", nargs="*", type=Path, default=None, metavar="CSV",
+                        help="with --shapes networks, these layer tables (jobs/networks' columns, "
+                             "named <network>_n<N>.csv) instead of the operator's")
     parser.add_argument("--kinds", nargs="*", default=None, metavar="KIND",
                         help="only the shapes of these classes (dense, grouped, depthwise): "
                              "a run of the dense families spends no time on the others")
@@ -247,7 +254,8 @@ def main() -> None:
         for batch in args.batch:
             if lost or stopped:
                 break
-            for label, problem in shapes(op, args.shapes, args.dtype, batch, args.networks):
+            for label, problem in shapes(op, args.shapes, args.dtype, batch, args.networks,
+                                         args.tables):
                 if problem in seen or (op, problem.label()) in done or (
                         (args.families or args.shapes_of) and not serves(chosen, problem)):
                     continue

@@ -171,7 +171,8 @@ def test_a_lost_gpu_context_ends_the_run_with_the_shapes_measured_before_it(monk
 
     monkeypatch.setattr(vs_vendor, "GpuWorker", LosingWorker)
     monkeypatch.setattr(vs_vendor, "copy_bandwidth_gbps", lambda: 3000.0)
-    monkeypatch.setattr(vs_vendor, "shapes", lambda op, which, dtype, batch, networks=None:
+    monkeypatch.setattr(vs_vendor, "shapes", lambda op, which, dtype, batch, networks=None,
+                        tables=None:
                         [("first", PROBLEM), ("second", second)])
     monkeypatch.setattr(sys, "argv", ["vs_vendor.py", "--ops", OP, "--batch", "1",
                                       "--no-compiled", "--out", str(tmp_path), "--name", "lost"])
@@ -197,6 +198,24 @@ def test_the_layers_of_some_networks_only():
     assert shapes(OP, "networks", "bf16", 32, []) == []
 
 
+def test_the_layers_of_other_tables(tmp_path):
+    """--tables: the layers of tables outside the operator's folder, at their batch size."""
+    from pathlib import Path
+
+    from bench.vs_vendor import shapes
+
+    table = Path(__file__).parents[1] / "bench" / "tables" / "regnet_widths_n32.csv"
+    layers = shapes("conv2d_fwd", "networks", "bf16", 32, tables=[table])
+    assert len(layers) == 24 and all(p.G > 1 and p.N == 32 for _, p in layers)
+    assert layers[0][0] == "regnet_x_1_6gf trunk_output.block1.block1-0.f.b.0"
+    assert shapes("conv2d_fwd", "networks", "bf16", 8, tables=[table]) == []
+    assert shapes("conv2d_fwd", "networks", "bf16", 32, ["regnet_y_8gf"], [table]) == [
+        x for x in layers if x[0].startswith("regnet_y_8gf ")]
+    copy = tmp_path / "mine_n32.csv"
+    copy.write_text(table.read_text())
+    assert shapes("conv2d_fwd", "networks", "bf16", 32, tables=[copy]) == layers
+
+
 def _short_run(monkeypatch, tmp_path, worker, *more):
     import sys
 
@@ -206,7 +225,8 @@ def _short_run(monkeypatch, tmp_path, worker, *more):
                                                     pad=1))
     monkeypatch.setattr(vs_vendor, "GpuWorker", lambda: worker(second))
     monkeypatch.setattr(vs_vendor, "copy_bandwidth_gbps", lambda: 3000.0)
-    monkeypatch.setattr(vs_vendor, "shapes", lambda op, which, dtype, batch, networks=None:
+    monkeypatch.setattr(vs_vendor, "shapes", lambda op, which, dtype, batch, networks=None,
+                        tables=None:
                         [("first", PROBLEM), ("second", second)])
     monkeypatch.setattr(sys, "argv", ["vs_vendor.py", "--ops", OP, "--batch", "1",
                                       "--no-compiled", "--out", str(tmp_path), "--name", "short",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kernels.conv.problem import ConvProblem
-from kernels.conv.wgmma_blockdiag import FAMILY, SUPER, supergroups
+from kernels.conv.wgmma_blockdiag import FAMILY, SUPER, groups_per_super, padded
 from kernels.conv.wgmma_im2col import FAMILY as IM2COL
 from kernels.family import TensorMap
 
@@ -31,42 +31,68 @@ def test_refusals():
     inst = FAMILY.instances("conv2d_fwd", "bf16")[0]
     assert "own" in FAMILY.applicable(inst, problem(G=1))
     assert "own" in FAMILY.applicable(inst, problem(G=2))  # 64 channels a group
-    assert "divide" in FAMILY.applicable(inst, problem(C=192, K=192, G=8))  # 24 a group
-    assert "multiple of 64" in FAMILY.applicable(inst, problem(C=96, K=96, G=6))
+    assert "whole 8-channel runs" in FAMILY.applicable(inst, problem(C=72, K=72, G=4))  # 18 a group
+    assert "multiples of 8" in FAMILY.applicable(inst, problem(C=96, K=36, G=6))
+    assert "multiples of 8" in FAMILY.applicable(inst, problem(C=36, K=36, G=3))
+
+
+@pytest.mark.parametrize("C, K, G, per", [
+    (256, 256, 16, 4), (144, 144, 9, 4), (192, 192, 8, 2), (96, 96, 2, 1), (320, 320, 8, 1),
+    (64, 64, 16, 16), (120, 120, 10, 4), (48, 96, 12, 16), (72, 72, 4, 0)])
+def test_super_groups(C, K, G, per):
+    """The most whole groups whose channels and outputs are 8-channel runs, within 64."""
+    p = problem(C=C, K=K, G=G)
+    assert groups_per_super(p) == per
+    cg, kg = C // G, K // G
+    if not per:  # 18 channels a group: 1 to 3 groups make no 8-channel runs
+        assert not any(n * cg % 8 == 0 for n in range(1, SUPER // cg + 1))
+        return
+    assert per * cg <= SUPER and per * cg % 8 == 0 and per * kg % 8 == 0
+    assert not any(n * cg % 8 == 0 and n * kg % 8 == 0 for n in range(per + 1, SUPER // cg + 1))
+    v = padded(p)
+    assert (v.G, v.c_per_group, v.k_per_group) == (-(-G // per), SUPER, per * kg)
+    assert v.K >= K and v.K - K < per * kg
 
 
 def test_launches():
-    """The filter expanded into the workspace, then conv_wgmma_im2col's launch over the
-    super-groups with the workspace in the filter's place."""
-    p = problem(C=256, K=512, G=16)  # 16 channels a group, 32 outputs
-    q = supergroups(p)
-    assert (q.G, q.c_per_group, q.k_per_group) == (4, 64, 128)
+    """The filter expanded into the workspace, then conv_wgmma_im2col's launch over the padded
+    super-groups, with the real x and the expanded filter's maps and the super-groups' params."""
+    p = problem(C=144, K=288, G=9)  # 16 channels a group, 32 outputs: 4 a super-group, 3 of them
+    v = padded(p)
+    assert (v.G, v.C, v.K) == (3, 192, 384)
+    seen = 0
     for inst in FAMILY.instances("conv2d_fwd", "bf16"):
         if FAMILY.applicable(inst, p):
             continue
+        seen += 1
         expand, main = FAMILY.launches(inst, p)
         assert expand.entry == "expand_blockdiag"
-        assert expand.args == ("w", "workspace", 512, 9, 16, 32)
-        assert FAMILY.workspace_bytes(inst, p) == 2 * 512 * 9 * SUPER
-        (theirs,) = IM2COL.launches(inst, q)
-        assert (main.entry, main.grid, main.block) == (theirs.entry, theirs.grid, theirs.block)
+        assert expand.args == ("w", "workspace", 288, 9, 16, 32, 4)
+        assert FAMILY.workspace_bytes(inst, p) == 2 * 288 * 9 * SUPER
+        (theirs,) = IM2COL.launches(inst, v)
+        assert (main.entry, main.grid, main.block, main.shared_bytes) == (
+            theirs.entry, theirs.grid, theirs.block, theirs.shared_bytes)
         assert main.args[:3] == ("x", "workspace", "y")
+        params = main.args[3]
+        assert (params.C, params.K, params.G, params.Cg, params.Kg) == (144, 288, 3, 64, 128)
         maps = [a for a in main.args if isinstance(a, TensorMap)]
         assert [m.buffer for m in maps] == ["x", "workspace"]
-        assert maps[1].dims == (SUPER * 9, 512)
-        assert FAMILY.grid(inst, p) == IM2COL.grid(inst, q)
+        assert maps[0].dims == (144, 14, 14, 2)
+        assert maps[1].dims == (SUPER * 9, 288)
+        assert FAMILY.grid(inst, p) == IM2COL.grid(inst, v)
+    assert seen
 
 
-def expand_blockdiag(w, K, RS, Cg, Kg):
+def expand_blockdiag(w, K, RS, Cg, Kg, per):
     """expand_blockdiag's loop, chunk by chunk of 8 elements as the kernel writes them."""
     flat, out = w.reshape(-1), np.zeros(K * RS * 64, w.dtype)
     for i in range(K * RS * 8):
         krs, k = i >> 3, (i >> 3) // RS
-        c0 = (i & 7) * 8 - (k // Kg) % (64 // Cg) * Cg
+        c0 = (i & 7) * 8 - (k // Kg) % per * Cg
         for t in range(8):
             c = c0 + t
             out[i * 8 + t] = flat[krs * Cg + c] if 0 <= c < Cg else 0
-    return out.reshape(K, RS // 3, 3, 64) if RS % 3 == 0 else out
+    return out
 
 
 def grouped_conv(x, w, G, stride=1, pad=0):
@@ -86,13 +112,32 @@ def grouped_conv(x, w, G, stride=1, pad=0):
     return y
 
 
+def padded_conv(x, wide, G, per, Cg, Kg, stride, pad):
+    """The kernel's convolution over padded super-groups: super-group g's 64 channels of x from
+    g per Cg on (zeros past C) with the rows of w' [K][R][S][64] of its outputs, from g per Kg
+    to at most K."""
+    N, H, W, C = x.shape
+    K = wide.shape[0]
+    xz = np.concatenate([x, np.zeros((N, H, W, SUPER))], axis=3)
+    y = np.zeros_like(grouped_conv(x[..., :1], wide[:1, ..., :1], 1, stride, pad))
+    y = np.zeros(y.shape[:3] + (K,))
+    for g in range(-(-G // per)):
+        c0, k0 = g * per * Cg, g * per * Kg
+        k1 = min(K, k0 + per * Kg)
+        y[..., k0:k1] = grouped_conv(xz[..., c0:c0 + SUPER], wide[k0:k1], 1, stride, pad)
+    return y
+
+
 @pytest.mark.parametrize("C, K, G", [(64, 64, 4), (128, 256, 16), (128, 128, 4), (64, 64, 8),
-                                     (64, 128, 16)])
-def test_super_groups_of_the_block_diagonal_filter_are_the_grouped_convolution(C, K, G):
+                                     (64, 128, 16), (144, 144, 9), (96, 96, 4), (96, 96, 2),
+                                     (120, 120, 10), (48, 96, 12), (80, 80, 2)])
+def test_padded_super_groups_of_the_block_diagonal_filter_are_the_grouped_convolution(C, K, G):
+    p = problem(C=C, K=K, G=G)
+    per, cg, kg = groups_per_super(p), C // G, K // G
     rng = np.random.default_rng(C + K + G)
     x = rng.standard_normal((2, 7, 6, C))
-    w = rng.standard_normal((K, 3, 3, C // G))
-    wide = expand_blockdiag(w, K, 9, C // G, K // G).reshape(K, 3, 3, SUPER)
+    w = rng.standard_normal((K, 3, 3, cg))
+    wide = expand_blockdiag(w, K, 9, cg, kg, per).reshape(K, 3, 3, SUPER)
     want = grouped_conv(x, w, G, stride=2, pad=1)
-    got = grouped_conv(x, wide, C // SUPER, stride=2, pad=1)
+    got = padded_conv(x, wide, G, per, cg, kg, stride=2, pad=1)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -171,12 +171,26 @@ BLOCKDIAG_EDGES = [
     dict(N=8, C=128, K=128, G=4, H=56, W=56, R=3, S=3, pad_h=1, pad_w=1),
     dict(N=2, C=128, K=128, G=32, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
 ]
+# The forward's padded super-groups: C not a multiple of 64 (a last super-group of fewer
+# groups, its copies past C zero-filled), widths that do not divide 64 (24, 40, 48: the next
+# super-group's channels in the tap's copy), and outputs twice the inputs.
+PADDED_EDGES = [
+    dict(N=2, C=144, K=144, G=9, H=13, W=11, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
+         pad_w=1),
+    dict(N=2, C=96, K=96, G=4, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=120, K=240, G=3, H=10, W=10, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=96, K=96, G=2, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=200, K=200, G=25, H=8, W=8, R=1, S=1),
+    dict(N=2, C=784, K=784, G=49, H=14, W=14, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
+         pad_w=1),
+]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("op, family", [("conv2d_fwd", "conv_wgmma_blockdiag"),
                                         ("conv2d_bwd_weight", "conv_wgmma_blockdiag_weight")])
 def test_every_blockdiag_instance_is_right(worker, op, family, dtype):
-    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in BLOCKDIAG_EDGES]
+    edges = BLOCKDIAG_EDGES + (PADDED_EDGES if op == "conv2d_fwd" else [])
+    problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in edges]
     failures = verify_on_edges(worker, op, dtype, [family], problems)
     assert not failures, "\n".join(failures[:40])

@@ -125,11 +125,11 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
 
 def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: str) -> Any:
     """conv_wgmma_blockdiag: whether the shape has super-groups of whole groups, and then
-    conv_wgmma_im2col's keys of the shape as super-groups."""
-    from kernels.conv.wgmma_blockdiag import blockdiag_refusal, supergroups
+    conv_wgmma_im2col's keys of the shape as padded super-groups."""
+    from kernels.conv.wgmma_blockdiag import padded, padded_refusal
 
     def wrapped(base: RuleKey) -> RuleKey:
-        return lambda p: None if blockdiag_refusal(p) else base(supergroups(p))
+        return lambda p: None if padded_refusal(p) else base(padded(p))
 
     return [(chosen, wrapped(base))
             for chosen, base in _wgmma_im2col_key(family, instances, operator)]

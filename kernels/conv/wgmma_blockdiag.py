@@ -1,29 +1,36 @@
-"""conv_wgmma_blockdiag: grouped convolutions of few channels a group (C/G a divisor of 64
-below it, C a multiple of 64) on conv_wgmma_im2col's unsplit kernels, as the convolution of
-C / 64 super-groups of 64 channels whose filter is block-diagonal (conv/wgmma_blockdiag.cu): a
-first launch writes that filter, K x R x S x 64 with zeros off the groups' blocks, into the
-workspace; the second runs conv_wgmma_im2col's forward over the super-groups, the im2col
-copies bringing 64 channels of a tap at a time. Forward only: backward-data the same way
-(stride 1) was verified and measured and was best on none of the grouped layers at N = 32, 8
-or 1. The matrix units do 64 / (C/G) times the useful products, which grouped layers, bound
-by memory, can afford: the stride-2 grouped layers of 16 and 32 channels a group are where
-conv_grouped_mma's mma.sync tiles run at 0.6 to 0.9 of cuDNN. sm_90a only."""
+"""conv_wgmma_blockdiag: grouped convolutions of few channels a group (C/G below 64) on
+conv_wgmma_im2col's unsplit kernels, as the convolution of super-groups of `per` whole groups
+(at most 64 channels; the last may hold fewer) whose filter is block-diagonal
+(conv/wgmma_blockdiag.cu): a first launch writes that filter, K x R x S x 64 with zeros off the
+groups' blocks, into the workspace; the second runs conv_wgmma_im2col's forward over the
+super-groups, each tap's im2col copy bringing the 64 channels from the super-group's first on
+(those past its own meet zeros; those past C are the copy's zero fill). So a group width that
+does not divide 64 (24, 40, 48 or 56 channels: regular networks' widths) and a C that is not a
+multiple of 64 are served too. Forward only: backward-data the same way (stride 1, whole
+super-groups of 64) was verified and measured and was best on none of the grouped layers at
+N = 32, 8 or 1. The matrix units do 64 / (C/G) times the useful products or more, which
+grouped layers, bound by memory, can afford: the stride-2 grouped layers of 16 and 32
+channels a group are where conv_grouped_mma's mma.sync tiles run at 0.6 to 0.9 of cuDNN.
+sm_90a only."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
+from kernels.conv.params import ConvParams, conv_params
 from kernels.conv.problem import ConvProblem
-from kernels.conv.wgmma_im2col import WgmmaIm2colConv
-from kernels.family import Instance, Launch, grid_stride_blocks
+from kernels.conv.wgmma import BLOCK_K
+from kernels.conv.wgmma_im2col import WgmmaIm2colConv, image_map, window
+from kernels.family import Instance, Launch, TensorMap, grid_stride_blocks
 from kernels.registry import register
 
 SUPER = 64  # channels of a super-group: one k-tile of one tap
 
 
 def blockdiag_refusal(p: ConvProblem) -> str | None:
-    """Why the shape has no super-groups of whole groups, or None."""
+    """Why the shape has no super-groups of 64 channels of whole groups, or None
+    (conv_wgmma_blockdiag_weight's super-groups)."""
     cg = p.c_per_group
     if p.G == 1 or cg >= SUPER:
         return f"C/G={cg}: groups of {SUPER} channels or more are conv_wgmma_im2col's own"
@@ -37,6 +44,49 @@ def blockdiag_refusal(p: ConvProblem) -> str | None:
 def supergroups(p: ConvProblem) -> ConvProblem:
     """The shape as C / 64 groups of 64 input channels (K / G' outputs each)."""
     return replace(p, G=p.C // SUPER)
+
+
+def groups_per_super(p: ConvProblem) -> int:
+    """The groups a forward super-group holds: the most whose channels fit one k-tile of 64
+    with their channels and their outputs whole 16-byte runs (8 channels), or 0."""
+    cg, kg = p.c_per_group, p.k_per_group
+    if p.G == 1 or cg >= SUPER:
+        return 0
+    return next((n for n in range(SUPER // cg, 0, -1) if n * cg % 8 == 0 and n * kg % 8 == 0),
+                0)
+
+
+def padded_refusal(p: ConvProblem) -> str | None:
+    """Why the forward has no super-groups (groups_per_super), or None."""
+    cg = p.c_per_group
+    if p.G == 1 or cg >= SUPER:
+        return f"C/G={cg}: groups of {SUPER} channels or more are conv_wgmma_im2col's own"
+    if not groups_per_super(p):
+        return (f"C/G={cg}, K/G={p.k_per_group}: no super-group of at most {SUPER} channels "
+                "whose channels and outputs are whole 8-channel runs")
+    if p.C % 8 or p.K % 8:
+        return f"C={p.C}, K={p.K}: not multiples of 8 (16-byte rows of x and y)"
+    return None
+
+
+def padded(p: ConvProblem) -> ConvProblem:
+    """The forward's super-groups as a grouped shape of 64 input channels a group: G' of them,
+    each per Cg channels padded to 64 and per Kg outputs (the grid and the tiles are this
+    shape's; the kernels read and write the real tensors). A shape of 64-channel groups is its
+    own: the base's methods call this family's with the view."""
+    per = groups_per_super(p)
+    if not per:
+        return p
+    count = -(-p.G // per)
+    return replace(p, G=count, C=count * SUPER, K=count * per * p.k_per_group)
+
+
+def padded_params(p: ConvProblem) -> ConvParams:
+    """The kernel's ConvParams: the real C and K, G' super-groups of per Cg channels from
+    g per Cg on and per Kg outputs (the last ending at K)."""
+    per, params = groups_per_super(p), conv_params(p)
+    params.G, params.Cg, params.Kg = -(-p.G // per), per * p.c_per_group, per * p.k_per_group
+    return params
 
 
 class WgmmaBlockdiagConv(WgmmaIm2colConv):
@@ -53,13 +103,13 @@ class WgmmaBlockdiagConv(WgmmaIm2colConv):
         return [c for c in super().configs(operator) if c["split_k"]]
 
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
-        return blockdiag_refusal(problem) or super().applicable(instance, supergroups(problem))
+        return padded_refusal(problem) or super().applicable(instance, padded(problem))
 
     def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
-        return super().grid(instance, supergroups(p))
+        return super().grid(instance, padded(p))
 
     def waves(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
-        return super().waves(instance, supergroups(p))
+        return super().waves(instance, padded(p))
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
         """The block-diagonal filter, 16-bit."""
@@ -67,16 +117,18 @@ class WgmmaBlockdiagConv(WgmmaIm2colConv):
         return 2 * p.K * p.R * p.S * SUPER
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
-        p, q = problem, supergroups(problem)
-        (main,) = super().launches(instance, q)
+        p = problem
+        (main,) = super().launches(instance, padded(p))
         chunks = p.K * p.R * p.S * SUPER // 8  # 16 bytes a thread
         expand = Launch("expand_blockdiag", (grid_stride_blocks(chunks, 256), 1, 1),
                         (256, 1, 1), ("w", "workspace", p.K, p.R * p.S, p.c_per_group,
-                                      p.k_per_group))
-        args = tuple("workspace" if a == "w" else
-                     replace(a, buffer="workspace") if getattr(a, "buffer", None) == "w" else a
-                     for a in main.args)
-        return [expand, replace(main, args=args)]
+                                      p.k_per_group, groups_per_super(p)))
+        rows, taps = image_map("x", p.C, p.W, p.H, p.N, instance.settings["block_m"],
+                               window(p)), SUPER * p.R * p.S
+        filt = TensorMap("workspace", (taps, p.K), (2 * taps,),
+                         (BLOCK_K, instance.settings["block_n"]))
+        return [expand, replace(main, args=("x", "workspace", "y", padded_params(p), rows,
+                                            filt))]
 
 
 FAMILY = register(WgmmaBlockdiagConv())

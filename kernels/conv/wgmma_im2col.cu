@@ -66,20 +66,33 @@ struct Window {
 #if IGEMM_OP == 0
 // The forward's GEMM: rows (n, oh, ow), columns the group's K/G outputs, k-tiles (r, s, c);
 // A = x's window at (oh sh - ph, ow sw - pw) offset by the tap, B = w as [K][CRS].
+// With PADDED_GROUPS (conv_wgmma_blockdiag's super-groups), group g's Cg <= 64 channels from
+// g Cg on are read as one k-tile of 64 a tap (channels past them meet the filter's zeros; past
+// C, the copy's zero fill) and its Kg columns end at K.
 struct Direction {
   int rows, cols, k_tiles, g;
   const ConvParams& p;
+#ifdef PADDED_GROUPS
+  __device__ __forceinline__ Direction(const ConvParams& p_, int g_)
+      : rows(p_.N * p_.P * p_.Q), cols(min(p_.Kg, p_.K - g_ * p_.Kg)), k_tiles(p_.R * p_.S),
+        g(g_), p(p_) {}
+#else
   __device__ __forceinline__ Direction(const ConvParams& p_, int g_)
       : rows(p_.N * p_.P * p_.Q), cols(p_.Kg), k_tiles(p_.Cg * p_.R * p_.S / BK), g(g_), p(p_) {}
+#endif
   __device__ __forceinline__ Window window(int m0) const {
     return Window(m0, p.P, p.Q, p.stride_h, p.stride_w, -p.pad_h, -p.pad_w);
   }
   __device__ __forceinline__ void copy(const TensorMap& tmap_a, const TensorMap& tmap_b,
                                        const Window& o, int n0, int kt, unsigned char* a,
                                        unsigned char* b, u64* bar) const {
-    const int kk = kt * BK, tap = kk / p.Cg, r = tap / p.S, s = tap - r * p.S;
-    tma_im2col_4d(a, tmap_a, g * p.Cg + kk - tap * p.Cg, o.w, o.h, o.n, s * p.dil_w,
-                  r * p.dil_h, bar);
+#ifdef PADDED_GROUPS
+    const int kk = kt * BK, tap = kt, c = g * p.Cg;
+#else
+    const int kk = kt * BK, tap = kk / p.Cg, c = g * p.Cg + kk - tap * p.Cg;
+#endif
+    const int r = tap / p.S, s = tap - r * p.S;
+    tma_im2col_4d(a, tmap_a, c, o.w, o.h, o.n, s * p.dil_w, r * p.dil_h, bar);
     sm90_tma_2d(b, tmap_b, kk, g * p.Kg + n0, bar);  // BN rows, 64 columns
   }
   __device__ __forceinline__ int row_offset(int m) const { return m * p.K + g * p.Kg; }
