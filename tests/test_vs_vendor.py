@@ -206,7 +206,7 @@ def test_the_layers_of_other_tables(tmp_path):
 
     table = Path(__file__).parents[1] / "bench" / "tables" / "regnet_widths_n32.csv"
     layers = shapes("conv2d_fwd", "networks", "bf16", 32, tables=[table])
-    assert len(layers) == 24 and all(p.G > 1 and p.N == 32 for _, p in layers)
+    assert len(layers) == 46 and all(p.G > 1 and p.N == 32 for _, p in layers)
     assert layers[0][0] == "regnet_x_1_6gf trunk_output.block1.block1-0.f.b.0"
     assert shapes("conv2d_fwd", "networks", "bf16", 8, tables=[table]) == []
     assert shapes("conv2d_fwd", "networks", "bf16", 32, ["regnet_y_8gf"], [table]) == [

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from kernels.conv.problem import ConvProblem
-from kernels.conv.wgmma_blockdiag import FAMILY, SUPER, groups_per_super, padded
+from kernels.conv.wgmma_blockdiag import (FAMILY, SUPER, groups_per_super, padded,
+                                           padded_width)
 from kernels.conv.wgmma_im2col import FAMILY as IM2COL
 from kernels.family import TensorMap
 
@@ -38,20 +39,28 @@ def test_refusals():
 
 @pytest.mark.parametrize("C, K, G, per", [
     (256, 256, 16, 4), (144, 144, 9, 4), (192, 192, 8, 2), (96, 96, 2, 1), (320, 320, 8, 1),
-    (64, 64, 16, 16), (120, 120, 10, 4), (48, 96, 12, 16), (72, 72, 4, 0)])
+    (64, 64, 16, 16), (120, 120, 10, 4), (48, 96, 12, 16), (72, 72, 4, 0), (224, 224, 2, 1),
+    (336, 672, 2, 1), (200, 200, 2, 0), (256, 256, 2, 0)])
 def test_super_groups(C, K, G, per):
-    """The most whole groups whose channels and outputs are 8-channel runs, within 64."""
+    """The most whole groups whose channels and outputs are 8-channel runs, within 64; one
+    group above 64 channels; none for groups of whole k-tiles (conv_wgmma_im2col's)."""
     p = problem(C=C, K=K, G=G)
     assert groups_per_super(p) == per
     cg, kg = C // G, K // G
-    if not per:  # 18 channels a group: 1 to 3 groups make no 8-channel runs
-        assert not any(n * cg % 8 == 0 for n in range(1, SUPER // cg + 1))
+    if not per:  # 18 channels a group: 1 to 3 groups make no 8-channel runs; 100; 128
+        assert cg % SUPER == 0 or not any(n * cg % 8 == 0
+                                          for n in range(1, max(1, SUPER // cg) + 1))
+        assert padded(p) == p
         return
-    assert per * cg <= SUPER and per * cg % 8 == 0 and per * kg % 8 == 0
+    assert per * cg % 8 == 0 and per * kg % 8 == 0
+    assert per * cg <= SUPER or per == 1
     assert not any(n * cg % 8 == 0 and n * kg % 8 == 0 for n in range(per + 1, SUPER // cg + 1))
+    width = padded_width(p)
+    assert width % SUPER == 0 and 0 <= width - per * cg < SUPER
     v = padded(p)
-    assert (v.G, v.c_per_group, v.k_per_group) == (-(-G // per), SUPER, per * kg)
+    assert (v.G, v.c_per_group, v.k_per_group) == (-(-G // per), width, per * kg)
     assert v.K >= K and v.K - K < per * kg
+    assert padded(v) == v
 
 
 def test_launches():
@@ -67,7 +76,7 @@ def test_launches():
         seen += 1
         expand, main = FAMILY.launches(inst, p)
         assert expand.entry == "expand_blockdiag"
-        assert expand.args == ("w", "workspace", 288, 9, 16, 32, 4)
+        assert expand.args == ("w", "workspace", 288, 9, 16, 32, 4, 64)
         assert FAMILY.workspace_bytes(inst, p) == 2 * 288 * 9 * SUPER
         (theirs,) = IM2COL.launches(inst, v)
         assert (main.entry, main.grid, main.block, main.shared_bytes) == (
@@ -83,12 +92,14 @@ def test_launches():
     assert seen
 
 
-def expand_blockdiag(w, K, RS, Cg, Kg, per):
+def expand_blockdiag(w, K, RS, Cg, Kg, per, width):
     """expand_blockdiag's loop, chunk by chunk of 8 elements as the kernel writes them."""
-    flat, out = w.reshape(-1), np.zeros(K * RS * 64, w.dtype)
-    for i in range(K * RS * 8):
-        krs, k = i >> 3, (i >> 3) // RS
-        c0 = (i & 7) * 8 - (k // Kg) % per * Cg
+    flat, row = w.reshape(-1), width // 8
+    out = np.zeros(K * RS * width, w.dtype)
+    for i in range(K * RS * row):
+        krs = i // row
+        k = krs // RS
+        c0 = (i - krs * row) * 8 - (k // Kg) % per * Cg
         for t in range(8):
             c = c0 + t
             out[i * 8 + t] = flat[krs * Cg + c] if 0 <= c < Cg else 0
@@ -113,31 +124,33 @@ def grouped_conv(x, w, G, stride=1, pad=0):
 
 
 def padded_conv(x, wide, G, per, Cg, Kg, stride, pad):
-    """The kernel's convolution over padded super-groups: super-group g's 64 channels of x from
-    g per Cg on (zeros past C) with the rows of w' [K][R][S][64] of its outputs, from g per Kg
-    to at most K."""
+    """The kernel's convolution over padded super-groups: super-group g's `width` channels of x
+    from g per Cg on (zeros past C) with the rows of w' [K][R][S][width] of its outputs, from
+    g per Kg to at most K."""
     N, H, W, C = x.shape
-    K = wide.shape[0]
-    xz = np.concatenate([x, np.zeros((N, H, W, SUPER))], axis=3)
-    y = np.zeros_like(grouped_conv(x[..., :1], wide[:1, ..., :1], 1, stride, pad))
-    y = np.zeros(y.shape[:3] + (K,))
+    K, width = wide.shape[0], wide.shape[3]
+    xz = np.concatenate([x, np.zeros((N, H, W, width))], axis=3)
+    y = None
     for g in range(-(-G // per)):
         c0, k0 = g * per * Cg, g * per * Kg
         k1 = min(K, k0 + per * Kg)
-        y[..., k0:k1] = grouped_conv(xz[..., c0:c0 + SUPER], wide[k0:k1], 1, stride, pad)
+        part = grouped_conv(xz[..., c0:c0 + width], wide[k0:k1], 1, stride, pad)
+        y = np.zeros(part.shape[:3] + (K,)) if y is None else y
+        y[..., k0:k1] = part
     return y
 
 
 @pytest.mark.parametrize("C, K, G", [(64, 64, 4), (128, 256, 16), (128, 128, 4), (64, 64, 8),
                                      (64, 128, 16), (144, 144, 9), (96, 96, 4), (96, 96, 2),
-                                     (120, 120, 10), (48, 96, 12), (80, 80, 2)])
+                                     (120, 120, 10), (48, 96, 12), (80, 80, 2), (224, 224, 2),
+                                     (336, 672, 2)])
 def test_padded_super_groups_of_the_block_diagonal_filter_are_the_grouped_convolution(C, K, G):
     p = problem(C=C, K=K, G=G)
-    per, cg, kg = groups_per_super(p), C // G, K // G
+    per, width, cg, kg = groups_per_super(p), padded_width(p), C // G, K // G
     rng = np.random.default_rng(C + K + G)
     x = rng.standard_normal((2, 7, 6, C))
     w = rng.standard_normal((K, 3, 3, cg))
-    wide = expand_blockdiag(w, K, 9, cg, kg, per).reshape(K, 3, 3, SUPER)
+    wide = expand_blockdiag(w, K, 9, cg, kg, per, width).reshape(K, 3, 3, width)
     want = grouped_conv(x, w, G, stride=2, pad=1)
     got = padded_conv(x, wide, G, per, cg, kg, stride=2, pad=1)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

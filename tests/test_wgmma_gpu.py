@@ -173,7 +173,8 @@ BLOCKDIAG_EDGES = [
 ]
 # The forward's padded super-groups: C not a multiple of 64 (a last super-group of fewer
 # groups, its copies past C zero-filled), widths that do not divide 64 (24, 40, 48: the next
-# super-group's channels in the tap's copy), and outputs twice the inputs.
+# super-group's channels in the tap's copy; 112 and 168, two and three k-tiles a tap), and
+# outputs twice the inputs.
 PADDED_EDGES = [
     dict(N=2, C=144, K=144, G=9, H=13, W=11, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
          pad_w=1),
@@ -182,6 +183,9 @@ PADDED_EDGES = [
     dict(N=2, C=96, K=96, G=2, H=7, W=7, R=3, S=3, pad_h=1, pad_w=1),
     dict(N=2, C=200, K=200, G=25, H=8, W=8, R=1, S=1),
     dict(N=2, C=784, K=784, G=49, H=14, W=14, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
+         pad_w=1),
+    dict(N=2, C=224, K=224, G=2, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=1, C=336, K=672, G=2, H=11, W=11, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
          pad_w=1),
 ]
 

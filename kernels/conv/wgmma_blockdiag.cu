@@ -1,22 +1,23 @@
-// conv_wgmma_blockdiag: a grouped convolution of C/G below 64 channels as conv_wgmma_im2col's
-// over super-groups of `per` groups each (wgmma_im2col.cu, included whole, PADDED_GROUPS):
-// super-group g's per Cg channels from g per Cg on are one k-tile of 64 a tap, and its per Kg
-// outputs take the filter w' [K][R][S][64] that expand_blockdiag writes first: output channel k
-// keeps its group's C/G weights at its slot of the super-group's 64 input channels, zeros
-// elsewhere (over the next super-group's channels, or those past C, that the copy brings).
+// conv_wgmma_blockdiag: a grouped convolution whose groups are not whole k-tiles of 64 channels
+// as conv_wgmma_im2col's over super-groups of `per` groups each (wgmma_im2col.cu, included
+// whole, PADDED_GROUPS): super-group g's per Cg channels from g per Cg on are read as whole
+// k-tiles of 64 a tap, and its per Kg outputs take the filter w' [K][R][S][width] (width: per
+// Cg rounded up to 64) that expand_blockdiag writes first: output channel k keeps its group's
+// C/G weights at its slot of the super-group's channels, zeros elsewhere (over the next
+// super-group's channels, or those past C, that the copies bring).
 #define PADDED_GROUPS 1
 #include "wgmma_im2col.cu"
 
 // w' from w [K][R][S][Cg], a grid-stride loop over w''s 16-byte chunks (8 16-bit elements, any
-// element type; 8 chunks a row of 64): element (k, rs, j) is w's (k, rs, j - slot Cg) where that
-// lies in [0, Cg), slot the place of k's group (k / Kg) among its super-group's `per` groups;
-// else zero. Groups of 8 channels or more copy whole chunks (16-byte loads and stores).
+// element type; width / 8 chunks a row): element (k, rs, j) is w's (k, rs, j - slot Cg) where
+// that lies in [0, Cg), slot the place of k's group (k / Kg) among its super-group's `per`
+// groups; else zero. Groups of 8 channels or more copy whole chunks (16-byte loads and stores).
 extern "C" __global__ void expand_blockdiag(const unsigned short* __restrict__ w,
                                             unsigned short* __restrict__ out, int K, int RS,
-                                            int Cg, int Kg, int per) {
-  const int chunks = K * RS * 8;
+                                            int Cg, int Kg, int per, int width) {
+  const int row = width / 8, chunks = K * RS * row;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += gridDim.x * blockDim.x) {
-    const int krs = i >> 3, k = krs / RS, c0 = (i & 7) * 8 - (k / Kg) % per * Cg;
+    const int krs = i / row, k = krs / RS, c0 = (i - krs * row) * 8 - (k / Kg) % per * Cg;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (Cg % 8 == 0) {
       if (c0 >= 0 && c0 < Cg) v = *reinterpret_cast<const uint4*>(w + (long long)krs * Cg + c0);

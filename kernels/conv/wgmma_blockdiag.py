@@ -1,17 +1,17 @@
-"""conv_wgmma_blockdiag: grouped convolutions of few channels a group (C/G below 64) on
-conv_wgmma_im2col's unsplit kernels, as the convolution of super-groups of `per` whole groups
-(at most 64 channels; the last may hold fewer) whose filter is block-diagonal
-(conv/wgmma_blockdiag.cu): a first launch writes that filter, K x R x S x 64 with zeros off the
-groups' blocks, into the workspace; the second runs conv_wgmma_im2col's forward over the
-super-groups, each tap's im2col copy bringing the 64 channels from the super-group's first on
-(those past its own meet zeros; those past C are the copy's zero fill). So a group width that
-does not divide 64 (24, 40, 48 or 56 channels: regular networks' widths) and a C that is not a
-multiple of 64 are served too. Forward only: backward-data the same way (stride 1, whole
-super-groups of 64) was verified and measured and was best on none of the grouped layers at
-N = 32, 8 or 1. The matrix units do 64 / (C/G) times the useful products or more, which
-grouped layers, bound by memory, can afford: the stride-2 grouped layers of 16 and 32
-channels a group are where conv_grouped_mma's mma.sync tiles run at 0.6 to 0.9 of cuDNN.
-sm_90a only."""
+"""conv_wgmma_blockdiag: grouped convolutions whose groups are not whole k-tiles of 64 channels
+on conv_wgmma_im2col's unsplit kernels, as the convolution of super-groups (`per` whole groups
+of C/G below 64 channels, at most 64 together; one group above 64), each padded to whole
+k-tiles of 64 channels a tap, whose filter is block-diagonal (conv/wgmma_blockdiag.cu): a first
+launch writes that filter, K x R x S x the padded width with zeros off the groups' blocks, into
+the workspace; the second runs conv_wgmma_im2col's forward over the super-groups, each k-tile's
+im2col copy bringing 64 channels of a tap from the super-group's (those past its own meet zeros;
+those past C are the copy's zero fill). So any group width of whole 8-channel runs is served
+(regular networks' 24, 56, 112, 168 as well as the divisors of 64), C a multiple of 8. Forward
+only: backward-data the same way (stride 1, super-groups of 64 channels) was verified and
+measured and was best on none of the grouped layers at N = 32, 8 or 1. The matrix units do up
+to 64 / (C/G) times the useful products, which grouped layers, bound by memory, can afford:
+the stride-2 grouped layers of 16 and 32 channels a group are where conv_grouped_mma's mma.sync
+tiles run at 0.6 to 0.9 of cuDNN. sm_90a only."""
 
 from __future__ import annotations
 
@@ -47,38 +47,47 @@ def supergroups(p: ConvProblem) -> ConvProblem:
 
 
 def groups_per_super(p: ConvProblem) -> int:
-    """The groups a forward super-group holds: the most whose channels fit one k-tile of 64
-    with their channels and their outputs whole 16-byte runs (8 channels), or 0."""
+    """The groups a forward super-group holds: below 64 channels a group, the most whose
+    channels fit one k-tile of 64 with their channels and their outputs whole 16-byte runs (8
+    channels); above, one group of whole runs; else 0 (64 channels a group or a multiple of
+    64 are conv_wgmma_im2col's own)."""
     cg, kg = p.c_per_group, p.k_per_group
-    if p.G == 1 or cg >= SUPER:
+    if p.G == 1 or cg % SUPER == 0:
         return 0
+    if cg > SUPER:
+        return 1 if cg % 8 == 0 and kg % 8 == 0 else 0
     return next((n for n in range(SUPER // cg, 0, -1) if n * cg % 8 == 0 and n * kg % 8 == 0),
                 0)
+
+
+def padded_width(p: ConvProblem) -> int:
+    """A super-group's channels padded to whole k-tiles of 64: the channels a tap reduces."""
+    return -(-groups_per_super(p) * p.c_per_group // SUPER) * SUPER
 
 
 def padded_refusal(p: ConvProblem) -> str | None:
     """Why the forward has no super-groups (groups_per_super), or None."""
     cg = p.c_per_group
-    if p.G == 1 or cg >= SUPER:
-        return f"C/G={cg}: groups of {SUPER} channels or more are conv_wgmma_im2col's own"
+    if p.G == 1 or cg % SUPER == 0:
+        return f"C/G={cg}: groups of a multiple of {SUPER} channels are conv_wgmma_im2col's own"
     if not groups_per_super(p):
-        return (f"C/G={cg}, K/G={p.k_per_group}: no super-group of at most {SUPER} channels "
-                "whose channels and outputs are whole 8-channel runs")
+        return (f"C/G={cg}, K/G={p.k_per_group}: no super-group whose channels and outputs are "
+                "whole 8-channel runs")
     if p.C % 8 or p.K % 8:
         return f"C={p.C}, K={p.K}: not multiples of 8 (16-byte rows of x and y)"
     return None
 
 
 def padded(p: ConvProblem) -> ConvProblem:
-    """The forward's super-groups as a grouped shape of 64 input channels a group: G' of them,
-    each per Cg channels padded to 64 and per Kg outputs (the grid and the tiles are this
-    shape's; the kernels read and write the real tensors). A shape of 64-channel groups is its
-    own: the base's methods call this family's with the view."""
+    """The forward's super-groups as a grouped shape: G' of them, each per Cg channels padded
+    to whole k-tiles of 64 (padded_width) and per Kg outputs (the grid and the tiles are this
+    shape's; the kernels read and write the real tensors). A shape whose groups are whole
+    k-tiles is its own: the base's methods call this family's with the view."""
     per = groups_per_super(p)
     if not per:
         return p
     count = -(-p.G // per)
-    return replace(p, G=count, C=count * SUPER, K=count * per * p.k_per_group)
+    return replace(p, G=count, C=count * padded_width(p), K=count * per * p.k_per_group)
 
 
 def padded_params(p: ConvProblem) -> ConvParams:
@@ -114,17 +123,17 @@ class WgmmaBlockdiagConv(WgmmaIm2colConv):
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
         """The block-diagonal filter, 16-bit."""
         p = problem
-        return 2 * p.K * p.R * p.S * SUPER
+        return 2 * p.K * p.R * p.S * padded_width(p)
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
-        p = problem
+        p, width = problem, padded_width(problem)
         (main,) = super().launches(instance, padded(p))
-        chunks = p.K * p.R * p.S * SUPER // 8  # 16 bytes a thread
+        chunks = p.K * p.R * p.S * width // 8  # 16 bytes a thread
         expand = Launch("expand_blockdiag", (grid_stride_blocks(chunks, 256), 1, 1),
                         (256, 1, 1), ("w", "workspace", p.K, p.R * p.S, p.c_per_group,
-                                      p.k_per_group, groups_per_super(p)))
+                                      p.k_per_group, groups_per_super(p), width))
         rows, taps = image_map("x", p.C, p.W, p.H, p.N, instance.settings["block_m"],
-                               window(p)), SUPER * p.R * p.S
+                               window(p)), width * p.R * p.S
         filt = TensorMap("workspace", (taps, p.K), (2 * taps,),
                          (BLOCK_K, instance.settings["block_n"]))
         return [expand, replace(main, args=("x", "workspace", "y", padded_params(p), rows,

@@ -66,16 +66,16 @@ struct Window {
 #if IGEMM_OP == 0
 // The forward's GEMM: rows (n, oh, ow), columns the group's K/G outputs, k-tiles (r, s, c);
 // A = x's window at (oh sh - ph, ow sw - pw) offset by the tap, B = w as [K][CRS].
-// With PADDED_GROUPS (conv_wgmma_blockdiag's super-groups), group g's Cg <= 64 channels from
-// g Cg on are read as one k-tile of 64 a tap (channels past them meet the filter's zeros; past
-// C, the copy's zero fill) and its Kg columns end at K.
+// With PADDED_GROUPS (conv_wgmma_blockdiag's super-groups), group g's Cg channels from g Cg on
+// are read as ceil(Cg / 64) k-tiles of 64 a tap (channels past them meet the filter's zeros;
+// past C, the copy's zero fill) and its Kg columns end at K.
 struct Direction {
   int rows, cols, k_tiles, g;
   const ConvParams& p;
 #ifdef PADDED_GROUPS
   __device__ __forceinline__ Direction(const ConvParams& p_, int g_)
-      : rows(p_.N * p_.P * p_.Q), cols(min(p_.Kg, p_.K - g_ * p_.Kg)), k_tiles(p_.R * p_.S),
-        g(g_), p(p_) {}
+      : rows(p_.N * p_.P * p_.Q), cols(min(p_.Kg, p_.K - g_ * p_.Kg)),
+        k_tiles(p_.R * p_.S * ((p_.Cg + BK - 1) / BK)), g(g_), p(p_) {}
 #else
   __device__ __forceinline__ Direction(const ConvParams& p_, int g_)
       : rows(p_.N * p_.P * p_.Q), cols(p_.Kg), k_tiles(p_.Cg * p_.R * p_.S / BK), g(g_), p(p_) {}
@@ -87,7 +87,8 @@ struct Direction {
                                        const Window& o, int n0, int kt, unsigned char* a,
                                        unsigned char* b, u64* bar) const {
 #ifdef PADDED_GROUPS
-    const int kk = kt * BK, tap = kt, c = g * p.Cg;
+    const int kk = kt * BK, per_tap = (p.Cg + BK - 1) / BK, tap = kt / per_tap;
+    const int c = g * p.Cg + (kt - tap * per_tap) * BK;
 #else
     const int kk = kt * BK, tap = kk / p.Cg, c = g * p.Cg + kk - tap * p.Cg;
 #endif
