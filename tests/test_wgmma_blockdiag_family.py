@@ -20,10 +20,10 @@ def problem(op="conv2d_fwd", **shape):
     return ConvProblem(op=op, dtype="bf16", **{**base, **shape})
 
 
-def test_configs_are_conv_wgmma_im2col_s_unsplit_forward_ones():
+def test_configs_are_conv_wgmma_im2col_s_unsplit_forward_ones_with_and_without_w_s_tiles():
     ours = [i.settings for i in FAMILY.instances("conv2d_fwd", "bf16")]
-    assert ours and ours == [i.settings for i in IM2COL.instances("conv2d_fwd", "bf16")
-                             if i.settings["split_k"]]
+    theirs = [i.settings for i in IM2COL.instances("conv2d_fwd", "bf16") if i.settings["split_k"]]
+    assert ours and ours == [{**c, "fused_filter": f} for f in (0, 1) for c in theirs]
     assert FAMILY.instances("conv2d_bwd_data", "bf16") == []
     assert FAMILY.instances("conv2d_bwd_weight", "bf16") == []
 
@@ -71,24 +71,61 @@ def test_launches():
     assert (v.G, v.C, v.K) == (3, 192, 384)
     seen = 0
     for inst in FAMILY.instances("conv2d_fwd", "bf16"):
-        if FAMILY.applicable(inst, p):
+        if FAMILY.applicable(inst, p) or inst.settings["fused_filter"]:
             continue
         seen += 1
         expand, main = FAMILY.launches(inst, p)
         assert expand.entry == "expand_blockdiag"
         assert expand.args == ("w", "workspace", 288, 9, 16, 32, 4, 64)
         assert FAMILY.workspace_bytes(inst, p) == 2 * 288 * 9 * SUPER
-        (theirs,) = IM2COL.launches(inst, v)
-        assert (main.entry, main.grid, main.block, main.shared_bytes) == (
-            theirs.entry, theirs.grid, theirs.block, theirs.shared_bytes)
-        assert main.args[:3] == ("x", "workspace", "y")
+        (theirs,) = IM2COL.launches(im2col_twin(inst), v)
+        assert (main.grid, main.block, main.shared_bytes) == (
+            theirs.grid, theirs.block, theirs.shared_bytes)
+        assert main.entry == "wgmma_fwd_blockdiag"
+        assert main.args[:3] == ("x", "workspace", "y") and main.args[4] == 4
         params = main.args[3]
         assert (params.C, params.K, params.G, params.Cg, params.Kg) == (144, 288, 3, 64, 128)
         maps = [a for a in main.args if isinstance(a, TensorMap)]
         assert [m.buffer for m in maps] == ["x", "workspace"]
         assert maps[0].dims == (144, 14, 14, 2)
         assert maps[1].dims == (SUPER * 9, 288)
-        assert FAMILY.grid(inst, p) == IM2COL.grid(inst, v)
+        assert FAMILY.grid(inst, p) == IM2COL.grid(im2col_twin(inst), v)
+    assert seen
+
+
+def im2col_twin(inst):
+    """conv_wgmma_im2col's instance of the same tile and pipeline."""
+    settings = {k: v for k, v in inst.settings.items() if k != "fused_filter"}
+    (twin,) = [i for i in IM2COL.instances(inst.operator, inst.dtype) if i.settings == settings]
+    return twin
+
+
+def test_w_s_tiles_straight_into_the_filter_tile():
+    """fused_filter: one launch, no workspace, w's 4D map with a box of K/G rows a group (one
+    group a super-group: the tile's rows); refused where the tile's rows are not whole boxes of
+    8-row multiples."""
+    p = problem(C=144, K=288, G=9)  # 4 groups of 16 channels, 32 outputs a super-group
+    wide = problem(C=224, K=224, G=2)  # one group of 112 a super-group, 2 k-tiles a tap
+    odd = problem(C=96, K=96, G=4)  # 2 groups of 24: 24-row boxes do not tile 64 or 128 rows
+    seen = 0
+    for inst in FAMILY.instances("conv2d_fwd", "bf16"):
+        if not inst.settings["fused_filter"]:
+            continue
+        bn = inst.settings["block_n"]
+        assert "fused_filter" in FAMILY.applicable(inst, odd)
+        for q, per, rows in ((p, 4, 32), (wide, 1, bn)):
+            if FAMILY.applicable(inst, q):
+                continue
+            seen += 1
+            assert FAMILY.workspace_bytes(inst, q) == 0
+            (main,) = FAMILY.launches(inst, q)
+            assert main.entry == "wgmma_fwd_blockdiag" and main.args[:3] == ("x", "w", "y")
+            assert main.args[4] == per
+            filt = main.args[-1]
+            cg = q.c_per_group
+            assert filt.buffer == "w" and filt.dims == (cg, 9, q.K, 1)
+            assert filt.strides == (2 * cg, 2 * cg * 9, 2 * cg * 9 * q.K)
+            assert filt.box == (64, 1, rows, 1)
     assert seen
 
 

@@ -8,6 +8,19 @@
 #define PADDED_GROUPS 1
 #include "wgmma_im2col.cu"
 
+// The forward over super-groups of `per` groups (p: G' super-groups, per Cg channels and per
+// Kg outputs each); B by the expanded filter's 2D map, or with FUSED_FILTER w's 4D map.
+#if FARM_DTYPE == 0 || !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+extern "C" __global__ void wgmma_fwd_blockdiag(const elem_t*, const elem_t*, elem_t*, ConvParams,
+                                               int) {}
+#else
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+wgmma_fwd_blockdiag(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
+                    elem_t* __restrict__ y, ConvParams p, int per MAPS) {
+  ig::im2col_tiles<false>(y, nullptr, p, 0, 1, 0, tmap_a, tmap_b, per);
+}
+#endif
+
 // w' from w [K][R][S][Cg], a grid-stride loop over w''s 16-byte chunks (8 16-bit elements, any
 // element type; width / 8 chunks a row): element (k, rs, j) is w's (k, rs, j - slot Cg) where
 // that lies in [0, Cg), slot the place of k's group (k / Kg) among its super-group's `per`

@@ -11,7 +11,12 @@ only: backward-data the same way (stride 1, super-groups of 64 channels) was ver
 measured and was best on none of the grouped layers at N = 32, 8 or 1. The matrix units do up
 to 64 / (C/G) times the useful products, which grouped layers, bound by memory, can afford:
 the stride-2 grouped layers of 16 and 32 channels a group are where conv_grouped_mma's mma.sync
-tiles run at 0.6 to 0.9 of cuDNN. sm_90a only."""
+tiles run at 0.6 to 0.9 of cuDNN. Configurations: conv_wgmma_im2col's unsplit tiles, with the
+filter expanded by the first launch (fused_filter 0) or each k-tile's filter tile copied
+straight from w (fused_filter 1: one launch, no workspace), a box of K/G rows a group starting
+at channel -slot C/G, so that the copy's zero fill writes the zeros around the group's block;
+more boxes a k-tile, which the small maps' single launch repays and the large ones' do not.
+sm_90a only."""
 
 from __future__ import annotations
 
@@ -105,14 +110,29 @@ class WgmmaBlockdiagConv(WgmmaIm2colConv):
     operators = ("conv2d_fwd",)
 
     def configs(self, operator: str) -> list[dict[str, Any]]:
-        """conv_wgmma_im2col's unsplit forward configurations (the workspace holds the
-        filter)."""
+        """conv_wgmma_im2col's unsplit forward configurations, the filter expanded into the
+        workspace by a first launch (fused_filter 0) or its tiles copied from w (1)."""
         if operator not in self.operators:
             return []
-        return [c for c in super().configs(operator) if c["split_k"]]
+        unsplit = [c for c in super().configs(operator) if c["split_k"]]
+        return [{**c, "fused_filter": fused} for fused in (0, 1) for c in unsplit]
 
     def applicable(self, instance: Instance, problem: ConvProblem) -> str | None:
-        return padded_refusal(problem) or super().applicable(instance, padded(problem))
+        return (padded_refusal(problem) or self.fused_refusal(instance, problem)
+                or super().applicable(instance, padded(problem)))
+
+    @staticmethod
+    def fused_refusal(instance: Instance, p: ConvProblem) -> str | None:
+        """Why w's tiles cannot be copied straight into the filter tile, or None: with more
+        than one group a super-group, a box of K/G rows a group, each 1024-byte aligned (whole
+        8-row swizzle atoms) and the tile's rows whole boxes."""
+        per, kg, bn = groups_per_super(p), p.k_per_group, instance.settings["block_n"]
+        if not instance.settings["fused_filter"] or per <= 1:
+            return None
+        if kg % 8 or bn % kg:
+            return (f"K/G={kg}: the filter tile's {bn} rows are not whole boxes of K/G rows "
+                    "of 8-row multiples (fused_filter)")
+        return None
 
     def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
         return super().grid(instance, padded(p))
@@ -121,23 +141,29 @@ class WgmmaBlockdiagConv(WgmmaIm2colConv):
         return super().waves(instance, padded(p))
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
-        """The block-diagonal filter, 16-bit."""
+        """The block-diagonal filter, 16-bit (none where its tiles come from w)."""
         p = problem
-        return 2 * p.K * p.R * p.S * padded_width(p)
+        return 0 if instance.settings["fused_filter"] else 2 * p.K * p.R * p.S * padded_width(p)
 
     def launches(self, instance: Instance, problem: ConvProblem) -> list[Launch]:
-        p, width = problem, padded_width(problem)
+        p, c = problem, instance.settings
+        width, per = padded_width(p), groups_per_super(p)
         (main,) = super().launches(instance, padded(p))
+        rows = image_map("x", p.C, p.W, p.H, p.N, c["block_m"], window(p))
+        if c["fused_filter"]:  # w [K][R][S][C/G] as (C/G, R S, K, 1): a group's box
+            cg, rs = p.c_per_group, p.R * p.S
+            filt = TensorMap("w", (cg, rs, p.K, 1), (2 * cg, 2 * cg * rs, 2 * cg * rs * p.K),
+                             (BLOCK_K, 1, c["block_n"] if per == 1 else p.k_per_group, 1))
+            return [replace(main, entry="wgmma_fwd_blockdiag",
+                            args=("x", "w", "y", padded_params(p), per, rows, filt))]
         chunks = p.K * p.R * p.S * width // 8  # 16 bytes a thread
         expand = Launch("expand_blockdiag", (grid_stride_blocks(chunks, 256), 1, 1),
                         (256, 1, 1), ("w", "workspace", p.K, p.R * p.S, p.c_per_group,
-                                      p.k_per_group, groups_per_super(p), width))
-        rows, taps = image_map("x", p.C, p.W, p.H, p.N, instance.settings["block_m"],
-                               window(p)), width * p.R * p.S
-        filt = TensorMap("workspace", (taps, p.K), (2 * taps,),
-                         (BLOCK_K, instance.settings["block_n"]))
-        return [expand, replace(main, args=("x", "workspace", "y", padded_params(p), rows,
-                                            filt))]
+                                      p.k_per_group, per, width))
+        taps = width * p.R * p.S
+        filt = TensorMap("workspace", (taps, p.K), (2 * taps,), (BLOCK_K, c["block_n"]))
+        return [expand, replace(main, entry="wgmma_fwd_blockdiag",
+                                args=("x", "workspace", "y", padded_params(p), per, rows, filt))]
 
 
 FAMILY = register(WgmmaBlockdiagConv())

@@ -66,16 +66,39 @@ struct Window {
 #if IGEMM_OP == 0
 // The forward's GEMM: rows (n, oh, ow), columns the group's K/G outputs, k-tiles (r, s, c);
 // A = x's window at (oh sh - ph, ow sw - pw) offset by the tap, B = w as [K][CRS].
-// With PADDED_GROUPS (conv_wgmma_blockdiag's super-groups), group g's Cg channels from g Cg on
-// are read as ceil(Cg / 64) k-tiles of 64 a tap (channels past them meet the filter's zeros;
-// past C, the copy's zero fill) and its Kg columns end at K.
+// With PADDED_GROUPS (conv_wgmma_blockdiag's super-groups of `per` groups), group g's Cg
+// channels from g Cg on are read as ceil(Cg / 64) k-tiles of 64 a tap (channels past them meet
+// the filter's zeros; past C, the copy's zero fill) and its Kg columns end at K. With
+// FUSED_FILTER the block-diagonal filter tile comes straight from w (copy_filter), else from
+// the one expand_blockdiag wrote.
 struct Direction {
   int rows, cols, k_tiles, g;
   const ConvParams& p;
 #ifdef PADDED_GROUPS
-  __device__ __forceinline__ Direction(const ConvParams& p_, int g_)
+  int per;
+  __device__ __forceinline__ Direction(const ConvParams& p_, int g_, int per_)
       : rows(p_.N * p_.P * p_.Q), cols(min(p_.Kg, p_.K - g_ * p_.Kg)),
-        k_tiles(p_.R * p_.S * ((p_.Cg + BK - 1) / BK)), g(g_), p(p_) {}
+        k_tiles(p_.R * p_.S * ((p_.Cg + BK - 1) / BK)), g(g_), p(p_), per(per_) {}
+  // The B tile of k-tile (tap, 64-channel block ct) from w [K][R][S][Cg / per] by a 4D map
+  // (Cg / per, R S, K, 1): one group a super-group, one box of BN rows from channel 64 ct (past
+  // the group's channels, the copy's zero fill; rows past the group are columns not stored);
+  // else a box of Kg / per rows for each group of the tile, from channel -slot Cg / per, so
+  // that its channels land at its slot of the 64 and the rest of its rows is zero fill (slots
+  // past the super-group: wholly zero).
+  __device__ __forceinline__ void copy_filter(const TensorMap& tmap_b, int n0, int tap, int ct,
+                                              unsigned char* b, u64* bar) const {
+    const int row0 = g * p.Kg + n0;
+    if (per == 1) {
+      sm90_tma_4d(b, tmap_b, ct * BK, tap, row0, 0, bar);
+      return;
+    }
+    const int cg = p.Cg / per, kg = p.Kg / per;
+    for (int i = 0; i < BN / kg; ++i) {
+      const int slot = n0 / kg + i;
+      sm90_tma_4d(b + i * kg * 128, tmap_b, slot < per ? -slot * cg : -BK, tap, row0 + i * kg,
+                  0, bar);
+    }
+  }
 #else
   __device__ __forceinline__ Direction(const ConvParams& p_, int g_)
       : rows(p_.N * p_.P * p_.Q), cols(p_.Kg), k_tiles(p_.Cg * p_.R * p_.S / BK), g(g_), p(p_) {}
@@ -94,7 +117,11 @@ struct Direction {
 #endif
     const int r = tap / p.S, s = tap - r * p.S;
     tma_im2col_4d(a, tmap_a, c, o.w, o.h, o.n, s * p.dil_w, r * p.dil_h, bar);
+#if defined(PADDED_GROUPS) && FUSED_FILTER
+    copy_filter(tmap_b, n0, tap, kt - tap * per_tap, b, bar);
+#else
     sm90_tma_2d(b, tmap_b, kk, g * p.Kg + n0, bar);  // BN rows, 64 columns
+#endif
   }
   __device__ __forceinline__ int row_offset(int m) const { return m * p.K + g * p.Kg; }
 };
@@ -132,8 +159,12 @@ template <bool SPLIT>
 __device__ __forceinline__ void im2col_tiles(elem_t* __restrict__ out, float* __restrict__ ws,
                                              const ConvParams& p, int kt_per_split, int splits,
                                              int tiles_stride, const TensorMap& tmap_a,
-                                             const TensorMap& tmap_b) {
+                                             const TensorMap& tmap_b, int per = 1) {
+#ifdef PADDED_GROUPS
+  const Direction d(p, blockIdx.z % p.G, per);
+#else
   const Direction d(p, blockIdx.z % p.G);
+#endif
   int kt0 = 0, kt1 = d.k_tiles;
   if (SPLIT) slice_range(blockIdx.z / p.G, kt_per_split, d.k_tiles, kt0, kt1);
   const Tiles tiles(d.rows, d.cols);
