@@ -188,13 +188,22 @@ PADDED_EDGES = [
     dict(N=1, C=336, K=672, G=2, H=11, W=11, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
          pad_w=1),
 ]
+# The backward-weight's super-groups of groups that divide G without filling 64 channels (3 of
+# 16, 6 of 8, 2 of 8), C not a multiple of 64, outputs a multiple of the inputs.
+WEIGHT_EDGES = [
+    dict(N=2, C=96, K=96, G=6, H=9, W=9, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=144, K=144, G=9, H=13, W=11, R=3, S=3, stride_h=2, stride_w=2, pad_h=1,
+         pad_w=1),
+    dict(N=2, C=48, K=96, G=6, H=10, W=10, R=3, S=3, pad_h=1, pad_w=1),
+    dict(N=2, C=208, K=208, G=26, H=8, W=8, R=1, S=1),
+]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("op, family", [("conv2d_fwd", "conv_wgmma_blockdiag"),
                                         ("conv2d_bwd_weight", "conv_wgmma_blockdiag_weight")])
 def test_every_blockdiag_instance_is_right(worker, op, family, dtype):
-    edges = BLOCKDIAG_EDGES + (PADDED_EDGES if op == "conv2d_fwd" else [])
+    edges = BLOCKDIAG_EDGES + (PADDED_EDGES if op == "conv2d_fwd" else WEIGHT_EDGES)
     problems = [ConvProblem(op=op, dtype=dtype, **shape) for shape in edges]
     failures = verify_on_edges(worker, op, dtype, [family], problems)
     assert not failures, "\n".join(failures[:40])

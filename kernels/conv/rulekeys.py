@@ -147,7 +147,7 @@ def _wgmma_blockdiag_weight_key(family: Any, instances: Sequence[Instance],
                                 operator: str) -> RuleKey:
     """conv_wgmma_blockdiag_weight: whether the shape has super-groups of whole groups, and
     then conv_wgmma_planes' key of the shape as super-groups."""
-    from kernels.conv.wgmma_blockdiag import blockdiag_refusal, supergroups
+    from kernels.conv.wgmma_blockdiag_weight import blockdiag_refusal, supergroups
 
     base = _wgmma_planes_key(family, instances, operator)
     return lambda p: None if blockdiag_refusal(p) else base(supergroups(p))

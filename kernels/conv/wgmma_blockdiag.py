@@ -33,24 +33,6 @@ from kernels.registry import register
 SUPER = 64  # channels of a super-group: one k-tile of one tap
 
 
-def blockdiag_refusal(p: ConvProblem) -> str | None:
-    """Why the shape has no super-groups of 64 channels of whole groups, or None
-    (conv_wgmma_blockdiag_weight's super-groups)."""
-    cg = p.c_per_group
-    if p.G == 1 or cg >= SUPER:
-        return f"C/G={cg}: groups of {SUPER} channels or more are conv_wgmma_im2col's own"
-    if SUPER % cg:
-        return f"C/G={cg} does not divide {SUPER} (a super-group holds whole groups)"
-    if p.C % SUPER:
-        return f"C={p.C} is not a multiple of {SUPER} (whole super-groups)"
-    return None
-
-
-def supergroups(p: ConvProblem) -> ConvProblem:
-    """The shape as C / 64 groups of 64 input channels (K / G' outputs each)."""
-    return replace(p, G=p.C // SUPER)
-
-
 def groups_per_super(p: ConvProblem) -> int:
     """The groups a forward super-group holds: below 64 channels a group, the most whose
     channels fit one k-tile of 64 with their channels and their outputs whole 16-byte runs (8
