@@ -13,8 +13,9 @@ from the catalogue), without branches, in loops that the compiler vectorises, GR
 pass (a block; a split whose leaves the instance columns have cleared for every candidate is
 left out). On x86-64 with GCC or clang each block also has an AVX-512 copy, run where the
 processor has AVX-512F and CD (wide*(): the distinct comparisons once per vector of classes,
-masked ANDs, the exit leaves of eight candidates found and added as vectors). Leaves are
-added tree by tree in the model's order, so the costs are LightGBM's raw scores bit for bit. A tree with more leaves than a mask holds is written as nested if/else code.
+masked ANDs, the exit leaves of eight candidates found and added as vectors; trees of at most
+32 leaves). Leaves are added tree by tree in the model's order, so the costs are LightGBM's raw
+scores bit for bit. A tree with more leaves than a mask holds is written as nested if/else code.
 The caller supplies applicability (`allowed`, one byte per candidate, NULL for all): its
 kernels' launch rules live with the dispatcher, as the descriptors' do in Python. `costs`
 evaluates every candidate; `rank` and `best` only the allowed ones, gathered into a list (padded
