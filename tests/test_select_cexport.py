@@ -22,7 +22,8 @@ CLONES = 'target_clones("avx512f", "avx2", "default")'
 
 class Export:
     """A Selector's model exported to C (`model_text` for its trees) and loaded through
-    ctypes; `portable`: without the vector copies of its loops (what other machines run)."""
+    ctypes; `portable`: without the vector copies of its loops and the AVX-512 blocks (what
+    other machines run)."""
 
     def __init__(self, selector, model_text: str, folder, portable: bool = False,
                  **options) -> None:
@@ -33,7 +34,9 @@ class Export:
                           s.guard_depth, text_fields, **options)
         if portable:
             assert CLONES in source
-            source = source.replace(f"__attribute__(({CLONES}))", "")
+            assert "FARM_SELECT_PORTABLE" in source
+            source = "#define FARM_SELECT_PORTABLE\n" + source.replace(
+                f"__attribute__(({CLONES}))", "")
         self.lib = ctypes.CDLL(str(compile_shared(source, folder)))
 
     def _call(self, name: str, p, *args):

@@ -11,7 +11,10 @@ interactions and their splits per class of the evaluated candidates (candidates 
 columns that the interactions read are equal have the same interactions on every shape: CLASS,
 from the catalogue), without branches, in loops that the compiler vectorises, GROUP trees in one
 pass (a block; a split whose leaves the instance columns have cleared for every candidate is
-left out). Leaves are added tree by tree in the model's order, so the costs are LightGBM's raw
+left out). On x86-64 with GCC or clang each block also has an AVX-512 copy, run where the
+processor has AVX-512F and CD (wide*(): the distinct comparisons once per vector of classes,
+masked ANDs, the exit leaves of eight candidates found and added as vectors; trees of at most
+32 leaves). Leaves are added tree by tree in the model's order, so the costs are LightGBM's raw
 scores bit for bit. A tree with more leaves than a mask holds is written as nested if/else code.
 The caller supplies applicability (`allowed`, one byte per candidate, NULL for all): its
 kernels' launch rules live with the dispatcher, as the descriptors' do in Python. `costs`
@@ -169,26 +172,139 @@ def _all_of(terms: list[str]) -> str:
 
 
 def _masked_tree(tree: LeafMasks, cols: _Columns, count: int, j: int
-                 ) -> tuple[list[str], str | None, list[int]]:
+                 ) -> tuple[list[str], str | None, list[int], list[Split]]:
     """A tree as the j-th of a block: the lines of forest() that compute its shape mask
     s[j]; the test of its splits on interactions (an expression of X[.][i], or None); its
-    fixed mask per candidate (the splits on known values)."""
+    fixed mask per candidate (the splits on known values); the splits on interactions that
+    the test holds."""
     known = [sp for sp in tree.splits if cols.known(sp.feature)]
     fixed = [tree.mask(known, lambda sp, c=c: cols.value(sp.feature, c)) for c in range(count)]
-    keeps = [f"KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)})"
-             for sp in tree.splits
-             if sp.feature >= cols.interactions and any(f & sp.drop for f in fixed)]
+    tested = [sp for sp in tree.splits
+              if sp.feature >= cols.interactions and any(f & sp.drop for f in fixed)]
+    keeps = [f"KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)})" for sp in tested]
     shape = [f"  s[{j}] = {_mask(tree.full)};"]
     shape += [f"  s[{j}] &= KEEP({_test(sp, cols.expr(sp.feature))}, {_mask(~sp.drop)});"
               for sp in tree.splits if sp.feature < cols.shape]
-    return shape, _all_of(keeps) if keeps else None, fixed
+    return shape, _all_of(keeps) if keeps else None, fixed, tested
 
 
-def _block(number: int, trees: Sequence[int], tests: Sequence[str | None]) -> str:
-    """block{number}(): the interaction `tests` of masked trees `trees` once per class of
-    candidates (X's columns 0..classes), ANDed with the trees' shape masks there, then for
-    candidates idx[0..live) their exit leaves (the fixed masks and their class's, or the shape's
-    where a tree tests no interaction), whose values are added to the sums in tree order."""
+def _wide_block(number: int, offsets: Sequence[int], tested: Sequence[Sequence[Split]],
+                sizes: Sequence[int], cols: _Columns) -> str:
+    """wide{number}(): block{number}() as AVX-512 code (x86-64, GCC or clang), the same masks
+    and sums, for trees of at most 32 leaves (`sizes`; each tree's 32 leaves from `offsets` in
+    LEAVES). Per vector of classes, each distinct comparison once and, where a test fails,
+    its keep-mask ANDed in under the lane mask (thresholds and keep-masks read from tables:
+    OPAQUE keeps them out of immediates and in the loop, each a broadcast operand); the trees'
+    class masks transposed so that a class's are contiguous. Per vector of candidates, each
+    one's fixed masks and its class's ANDed eight trees at a time, the exit leaves found as
+    vectors (63 minus the leading zeros of the lowest bit) and transposed, so that each tree's
+    leaves are looked up (permutes of the tree's leaves) and added for eight candidates at
+    once, tree after tree."""
+    compares: dict[tuple[int, float, bool], int] = {}
+    keeps: list[int] = []
+    body: list[str] = []
+    width = -(-len(tested) // 8) * 8
+    for j in range(width):
+        if j >= len(tested):
+            body.append(f"    a[{j}] = _mm512_set1_epi64(-1);")
+            continue
+        body.append(f"    a[{j}] = _mm512_set1_epi64((long long)s[{j}]);")
+        for sp in tested[j]:
+            row = cols.stored[sp.feature]
+            key = (row, sp.threshold, sp.nan_left)
+            if key not in compares:
+                compares[key] = len(compares)
+                # where the test fails: v > t (NaN passes), or !(v <= t) (NaN fails)
+                predicate = "_CMP_GT_OQ" if sp.nan_left else "_CMP_NLE_UQ"
+                body.append(f"    const __mmask8 k{compares[key]} = _mm512_cmp_pd_mask("
+                            f"_mm512_loadu_pd(&X[{row}][b]), _mm512_set1_pd(th[{compares[key]}]),"
+                            f" {predicate});")
+            body.append(f"    a[{j}] = _mm512_mask_and_epi64(a[{j}], k{compares[key]}, a[{j}], "
+                        f"_mm512_set1_epi64((long long)kp[{len(keeps)}]));")
+            keeps.append(~sp.drop)
+    body += [f"    transpose8(a + {g});\n" + "\n".join(
+        f"    _mm512_store_si512((void *)&T[b + {c}][{g}], a[{g + c}]);" for c in range(8))
+        for g in range(0, width, 8)]
+    sums = []
+    for g in range(0, width, 8):
+        left = len(tested) - g
+        for c in range(8):
+            row = f"FIXED{number}[idx[i + {c}]] + {g}"
+            load = (f"_mm512_loadu_si512((const void *)({row}))" if left >= 8 else
+                    f"_mm512_maskz_loadu_epi64(0x{(1 << left) - 1:x}, {row})")
+            sums += [f"    m = _mm512_and_si512({load},",
+                     f"        _mm512_load_si512((const void *)(T[pos[i + {c}]] + {g})));",
+                     "    m = _mm512_and_si512(m, _mm512_sub_epi64(_mm512_setzero_si512(), m));",
+                     f"    e[{c}] = _mm512_sub_epi64(top, _mm512_lzcnt_epi64(m));"]
+        sums.append("    transpose8(e);")
+        for j in range(min(left, 8)):
+            leaves, size = f"LEAVES + {offsets[g + j]}", sizes[g + j]
+            half = (f"_mm512_permutex2var_pd(_mm512_load_pd({leaves}), e[{j}], "
+                    f"_mm512_load_pd({leaves} + 8))")
+            if size <= 8:
+                value = f"_mm512_permutexvar_pd(e[{j}], _mm512_load_pd({leaves}))"
+            elif size <= 16:
+                value = half
+            else:
+                value = (f"_mm512_mask_blend_pd(_mm512_test_epi64_mask(e[{j}], sixteen), {half}, "
+                         f"_mm512_permutex2var_pd(_mm512_load_pd({leaves} + 16), e[{j}], "
+                         f"_mm512_load_pd({leaves} + 24)))")
+            sums.append(f"    t = _mm512_add_pd(t, {value});")
+    thresholds = [key[1] for key in compares]
+    return "\n".join([
+        "#ifdef WIDE_TESTS",
+        f"static const double TH{number}[{max(len(thresholds), 1)}] = {{\n  "
+        f"{_rows(thresholds or [0.0], 4)}}};",
+        f"static const uint64_t KP{number}[{max(len(keeps), 1)}] = {{\n  "
+        f"{_rows([_mask(k) for k in keeps] or ['0'], 4)}}};",
+        f"WIDE static void wide{number}(double X[restrict NX][NP], const uint64_t *restrict s,",
+        "    const int *restrict idx, const int *restrict pos, int live, int classes, "
+        "double *restrict part) {",
+        f"  uint64_t T[NP][{width}] __attribute__((aligned(64)));",
+        "  const __m512i sixteen = _mm512_set1_epi64(16), top = _mm512_set1_epi64(63);",
+        f"  __m512i a[{width}], e[LANES], m;", "  const int n = PADDED(classes);", "  int b, i;",
+        "  (void)sixteen;",
+        "  for (b = 0; b < n; b += LANES) {", f"    const double *th = TH{number};",
+        f"    const uint64_t *kp = KP{number};", "    OPAQUE(th);", "    OPAQUE(kp);", *body, "  }",
+        "  for (i = 0; i < live; i += LANES) {", "    __m512d t = _mm512_loadu_pd(part + i);",
+        *sums, "    _mm512_storeu_pd(part + i, t);", "  }", "}", "#endif"])
+
+
+TRANSPOSED = """#ifdef WIDE_TESTS
+/* r[c] becomes the vector of lane c of r[0..8) (an 8 x 8 transpose of 64-bit lanes) */
+WIDE static inline void transpose8(__m512i *r) {
+  const __m512i lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+  const __m512i hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+  const __m512i t0 = _mm512_unpacklo_epi64(r[0], r[1]), t1 = _mm512_unpackhi_epi64(r[0], r[1]);
+  const __m512i t2 = _mm512_unpacklo_epi64(r[2], r[3]), t3 = _mm512_unpackhi_epi64(r[2], r[3]);
+  const __m512i t4 = _mm512_unpacklo_epi64(r[4], r[5]), t5 = _mm512_unpackhi_epi64(r[4], r[5]);
+  const __m512i t6 = _mm512_unpacklo_epi64(r[6], r[7]), t7 = _mm512_unpackhi_epi64(r[6], r[7]);
+  const __m512i u0 = _mm512_permutex2var_epi64(t0, lo, t2);
+  const __m512i u1 = _mm512_permutex2var_epi64(t1, lo, t3);
+  const __m512i u2 = _mm512_permutex2var_epi64(t0, hi, t2);
+  const __m512i u3 = _mm512_permutex2var_epi64(t1, hi, t3);
+  const __m512i v0 = _mm512_permutex2var_epi64(t4, lo, t6);
+  const __m512i v1 = _mm512_permutex2var_epi64(t5, lo, t7);
+  const __m512i v2 = _mm512_permutex2var_epi64(t4, hi, t6);
+  const __m512i v3 = _mm512_permutex2var_epi64(t5, hi, t7);
+  r[0] = _mm512_shuffle_i64x2(u0, v0, 0x44);
+  r[1] = _mm512_shuffle_i64x2(u1, v1, 0x44);
+  r[2] = _mm512_shuffle_i64x2(u2, v2, 0x44);
+  r[3] = _mm512_shuffle_i64x2(u3, v3, 0x44);
+  r[4] = _mm512_shuffle_i64x2(u0, v0, 0xee);
+  r[5] = _mm512_shuffle_i64x2(u1, v1, 0xee);
+  r[6] = _mm512_shuffle_i64x2(u2, v2, 0xee);
+  r[7] = _mm512_shuffle_i64x2(u3, v3, 0xee);
+}
+#endif"""
+
+
+def _block(number: int, offsets: Sequence[int], tests: Sequence[str | None]) -> str:
+    """block{number}(): the interaction `tests` of a block's masked trees (whose leaves start
+    at `offsets` in LEAVES) once per class of candidates (X's columns 0..classes), ANDed with
+    the trees' shape masks there, then for candidates idx[0..live) their exit leaves (the fixed
+    masks and their class's, or the shape's where a tree tests no interaction), whose values
+    are added to the sums in tree order."""
     lines = [f"      T[{j}][i] = s[{j}] & {test};" for j, test in enumerate(tests) if test]
     loop = (*VECTOR_LOOP[:-1], f"{VECTOR_LOOP[-1]} {{", *lines, "    }") if lines else ()
     exits = [f"fixed[{j}] & T[{j}][u]" if test else f"s[{j}] & fixed[{j}]"
@@ -202,7 +318,7 @@ def _block(number: int, trees: Sequence[int], tests: Sequence[str | None]) -> st
         *loop,
         "  for (i = 0; i < live; i++) {", f"    const uint64_t *fixed = FIXED{number}[idx[i]];",
         "    const int u = pos[i];", "    double t = part[i];", "    (void)u;",
-        *(f"    t += LEAF{k}[LOWEST({e})];" for k, e in zip(trees, exits)),
+        *(f"    t += (LEAVES + {k})[LOWEST({e})];" for k, e in zip(offsets, exits)),
         "    part[i] = t;", "  }", "}"])
 
 
@@ -291,7 +407,8 @@ class _Forest:
 
     def __init__(self, trees: Sequence[Tree], cols: _Columns, count: int, prune: bool,
                  cascade_after: int | None = None) -> None:
-        self.prune = prune
+        self.prune, self.cols = prune, cols
+        self.wide = False  # whether a block has an AVX-512 copy
         # the cascade's cut: after the first block that brings the sums to this many trees, if
         # trees remain after it (`cut`: whether forest() makes it)
         self.cascade_after, self.cut = cascade_after, False
@@ -299,7 +416,8 @@ class _Forest:
         self.functions: list[str] = []
         self.lines: list[str] = []
         self.fixed: list[list[list[int]]] = []
-        self.leaves: list[str] = []
+        self.leaves: list[float] = []  # the masked trees' leaves, one table
+        self.offset: dict[int, int] = {}  # a masked tree's first leaf in it
         self.low: list[np.ndarray] = []
         self.high: list[np.ndarray] = []
         self.group: list[tuple[int, LeafMasks, list[int], str | None]] = []
@@ -311,11 +429,11 @@ class _Forest:
                 self.summed = k + 1
                 self.end_block(np.full(count, min(t.leaves)), np.full(count, max(t.leaves)))
                 continue
-            lines, test, rows = _masked_tree(masks, cols, count, len(self.group))
+            lines, test, rows, tested = _masked_tree(masks, cols, count, len(self.group))
             self.lines += lines
-            self.group.append((k, masks, rows, test))
-            self.leaves.append(f"static const double LEAF{k}[{len(masks.leaves)}] = {{\n  "
-                               f"{_rows(list(masks.leaves), 4)}}};")
+            self.group.append((k, masks, rows, test, tested))
+            self.offset[k] = len(self.leaves)  # whole vectors of 32, padded with zeros
+            self.leaves += (*masks.leaves, *[0.0] * (-len(masks.leaves) % 32))
             if len(self.group) == GROUP:
                 self.flush()
         self.flush()
@@ -326,14 +444,21 @@ class _Forest:
         """The group's block: its function, fixed masks and bounds, and its call."""
         if not self.group:
             return
-        number = len(self.functions)
-        trees, _, rows, tests = zip(*self.group)
+        number = len(self.fixed)
+        trees, _, rows, tests, tested = zip(*self.group)
         self.summed = trees[-1] + 1
-        self.functions.append(_block(number, trees, tests))
+        offsets = [self.offset[k] for k in trees]
+        call = "(X, s, idx, pos, live, classes, part);"
+        sizes = [len(masks.leaves) for _, masks, _, _, _ in self.group]
+        if any(tests) and max(sizes) <= 32:  # and an AVX-512 copy, run where it can
+            self.functions.append(_wide_block(number, offsets, tested, sizes, self.cols))
+            self.lines += ["#ifdef WIDE_TESTS", f"  if (wide) wide{number}{call} else", "#endif"]
+            self.wide = True
+        self.functions.append(_block(number, offsets, tests))
         self.fixed.append([list(row) for row in zip(*rows)])
-        self.lines.append(f"  block{number}(X, s, idx, pos, live, classes, part);")
+        self.lines.append(f"  block{number}{call}")
         reach = [[np.array([v for b, v in enumerate(masks.leaves) if f >> b & 1]) for f in fixed]
-                 for _, masks, fixed, _ in self.group]
+                 for _, masks, fixed, _, _ in self.group]
         self.end_block(sum(np.array([r.min() for r in tree]) for tree in reach),
                        sum(np.array([r.max() for r in tree]) for tree in reach))
         self.group = []
@@ -375,7 +500,9 @@ def _tables(table: np.ndarray, forest: _Forest, code: Sequence[str], classes: Se
                     for row in block) + "};" for b, block in enumerate(forest.fixed)]
         out += ["#if !defined(__GNUC__) && !defined(__clang__)",
                 f"static const unsigned char DEBRUIJN[64] = {{\n  {_rows(_debruijn(), 16)}}};",
-                "#endif", *forest.leaves]
+                "#endif", "/* the trees' leaves, tree after tree */",
+                f"static const double LEAVES[{len(forest.leaves)}] ALIGNED = {{\n  "
+                f"{_rows(list(forest.leaves), 4)}}};"]
     return "\n".join(out)
 
 
@@ -532,7 +659,9 @@ def _forest_function(spec: FeatureSpec, cols: _Columns, forest: _Forest, feature
         f"static int forest(const int64_t shape[{len(spec.inputs)}], int *idx, int live, "
         "double *part, int k) {", *shape_lines, f"  {x}",
         *(("  uint64_t s[GROUP];",) if forest.leaves else ()),
-        "  int pos[NP];", "  int i, n = PADDED(live), classes = 0;", "  (void)shape;",
+        "  int pos[NP];", "  int i, n = PADDED(live), classes = 0;",
+        *(("#ifdef WIDE_TESTS", "  const int wide = HAVE_WIDE;", "#endif") if forest.wide else ()),
+        "  (void)shape;",
         "  (void)k;", "  for (i = live; i < n; i++) idx[i] = idx[live - 1];",
         *(CLASSES if features else ("  for (i = 0; i < n; i++) pos[i] = 0;", "  classes = 1;")),
         "  for (i = 0; i < n; i++) part[i] = 0.0;", *forest.lines, "  return live;", "}"])
@@ -597,6 +726,19 @@ def c_source(spec: FeatureSpec, catalogue: Sequence[CatalogueEntry], model_text:
 #ifndef VECTOR_CLONES
 #define VECTOR_CLONES
 #endif
+/* x86-64, GCC or clang: the interaction tests also as AVX-512 code, run where the processor
+ * has it (values unchanged) */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) \\
+    && !defined(FARM_SELECT_PORTABLE)
+#include <immintrin.h>
+#define WIDE_TESTS
+#define WIDE __attribute__((target("avx512f,avx512cd")))
+#define HAVE_WIDE (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd"))
+#define OPAQUE(p) __asm__("" : "+r"(p))
+#define ALIGNED __attribute__((aligned(64)))
+#else
+#define ALIGNED
+#endif
 /* the index of the lowest set bit: the exit leaf */
 #if defined(__GNUC__) || defined(__clang__)
 #define LOWEST(m) __builtin_ctzll(m)
@@ -619,6 +761,7 @@ static MAYBE_UNUSED double fdiv(double a, double b) {{ return floor(a / b); }}
 static MAYBE_UNUSED double vmin(double a, double b) {{ return (a < b) | (a != a) ? a : b; }}
 static MAYBE_UNUSED double vmax(double a, double b) {{ return (a > b) | (a != a) ? a : b; }}
 
+{TRANSPOSED}
 {features}
 {chr(10).join(forest.functions)}
 {offering}
@@ -660,24 +803,28 @@ static int safe(const int64_t *shape, int c) {{
 int {prefix}_rank(const int64_t shape[{len(spec.inputs)}], const unsigned char *allowed, int k,
           int *out) {{
   double cost[NP];
-  unsigned char taken[NP];
   int idx[NP], order[NC];
   int live = 0, found = 0, plain = 0, head = 0;
-  for (int c = 0; c < NC; c++)
-    if (!allowed || allowed[c]) idx[live++] = c;
+  for (int c = 0; c < NC; c++) {{  /* without a branch on the mask */
+    idx[live] = c;
+    live += !allowed || allowed[c] != 0;
+  }}
   /* the sums of the allowed candidates only (with pruning, of those that can be needed) */
   if (live) live = forest(shape, idx, live, cost, k > 1 ? k : 1);
-  for (int i = 0; i < live; i++) {{
-    cost[i] = {sign}cost[i];
-    taken[i] = 0;
-  }}
+  for (int i = 0; i < live; i++) cost[i] = {sign}cost[i];
   /* best first (ties: catalogue order), until k are found and the guard's head is whole: up
-     to and including the GUARD_DEPTH-th candidate of a family that is not reference-speed */
+     to and including the GUARD_DEPTH-th candidate of a family that is not reference-speed;
+     one taken costs INFINITY from then on (the others are finite: sums of finite leaves), and
+     the scans have no branch that depends on the costs */
   for (; found < live && (found < k || (GUARD_DEPTH > 1 && plain < GUARD_DEPTH)); found++) {{
-    int best = -1;
-    for (int i = 0; i < live; i++)
-      if (!taken[i] && (best < 0 || cost[i] < cost[best])) best = i;
-    taken[best] = 1;
+    int best = 0;
+    double low = cost[0];
+    for (int i = 1; i < live; i++) {{
+      const int lower = cost[i] < low;
+      best = lower ? i : best;
+      low = lower ? cost[i] : low;
+    }}
+    cost[best] = INFINITY;
     order[found] = idx[best];
     if (plain < GUARD_DEPTH) {{
       head = found + 1;
