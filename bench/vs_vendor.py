@@ -35,6 +35,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import signal
 import time
 from collections.abc import Sequence
@@ -83,6 +84,15 @@ def network_rows(op: str, batch: int | None = None,
         with path.open() as handle:
             rows += [{"network": network, **row} for row in csv.DictReader(handle)]
     return rows
+
+
+def table_refusal(path: Path) -> str | None:
+    """Why `path` cannot be read as a layer table (--tables), or None."""
+    if not path.is_file():
+        return f"--tables: no file {path}"
+    if not re.fullmatch(r".+_n\d+", path.stem) or path.suffix != ".csv":
+        return f"--tables: {path.name} is not named <network>_n<batch>.csv"
+    return None
 
 
 def shapes(op: str, which: str, dtype: str, batch: int, networks: Sequence[str] | None = None,
@@ -226,6 +236,10 @@ def main() -> None:
                         help="skip the shapes these runs measured (an operator, a batch size "
                              "and a problem): go on where a time limit stopped one")
     args = parser.parse_args()
+    for table in args.tables or ():
+        why = table_refusal(table)
+        if why:
+            parser.error(why)
     if args.recording:
         return from_recording(args.recording, args.out,
                               "vs_vendor_networks" if args.name == "vs_vendor" else args.name)

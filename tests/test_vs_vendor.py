@@ -216,6 +216,18 @@ def test_the_layers_of_other_tables(tmp_path):
     assert shapes("conv2d_fwd", "networks", "bf16", 32, tables=[copy]) == layers
 
 
+def test_a_table_that_is_missing_or_misnamed_is_refused_by_name(tmp_path):
+    from bench.vs_vendor import table_refusal
+
+    assert "no file" in table_refusal(tmp_path / "gone_n32.csv")
+    odd = tmp_path / "layers.csv"
+    odd.write_text("N,C\n")
+    assert "not named <network>_n<batch>.csv" in table_refusal(odd)
+    good = tmp_path / "layers_n8.csv"
+    good.write_text("N,C\n")
+    assert table_refusal(good) is None
+
+
 def _short_run(monkeypatch, tmp_path, worker, *more):
     import sys
 
