@@ -56,9 +56,13 @@ def test_three_nodes_two_coordinators_a_dead_node_and_a_stopped_coordinator(pg_u
         _wait(lambda: rows() >= 30, 240, "the first rows", coordinators)
         assert len(set(store.running_claims())) == 2  # both coordinators hold problems
         ids = nodes.node_ids()
+        hosts = lambda: {w.node for w in store.workers()}  # noqa: E731 - where actors run
+        # the actors spread over the nodes (SPREAD), those of the two added nodes registering
+        # later than the head's when their workers start slower: wait for one
+        _wait(lambda: any(ids[n] in hosts() for n in ("w1", "w2")), 120,
+              "a replay actor on an added node", coordinators)
         workers = store.workers()
-        hosts = {w.node for w in workers}  # where the replay actors run
-        [victim, *_] = [n for n in ("w2", "w1") if ids[n] in hosts]  # a node with actors
+        [victim, *_] = [n for n in ("w2", "w1") if ids[n] in hosts()]  # a node with actors
         # the coordinator that keeps running is one with actors on that node, so that it is
         # there to restart them whenever Ray reports the node dead
         owners = {int(w.coordinator.split(":")[1]) for w in workers if w.node == ids[victim]}
