@@ -75,10 +75,11 @@ def network_rows(op: str, batch: int | None = None,
     """Every layer of the operator's network tables (*_n{batch}.csv), with network and layer;
     or of `tables`, whatever their names (layers of networks that nothing trains on)."""
     folder = operator_spec(op).networks_dir
-    pattern = f"*_n{batch}.csv" if batch else "*_n*.csv"
+    if tables:
+        paths = [t for t in tables if not batch or t.stem.endswith(f"_n{batch}")]
+    else:
+        paths = sorted(folder.glob(f"*_n{batch}.csv" if batch else "*_n*.csv")) if folder else []
     rows = []
-    paths = [t for t in tables if not batch or t.stem.endswith(f"_n{batch}")] if tables else \
-        sorted(folder.glob(pattern)) if folder else []
     for path in paths:
         network = path.stem.rsplit("_n", 1)[0]  # a per-network table: <network>_n<N>.csv
         with path.open() as handle:

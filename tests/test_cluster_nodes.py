@@ -62,7 +62,8 @@ def test_three_nodes_two_coordinators_a_dead_node_and_a_stopped_coordinator(pg_u
         _wait(lambda: any(ids[n] in hosts() for n in ("w1", "w2")), 120,
               "a replay actor on an added node", coordinators)
         workers = store.workers()
-        [victim, *_] = [n for n in ("w2", "w1") if ids[n] in hosts()]  # a node with actors
+        [victim, *_] = [n for n in ("w2", "w1")  # a node with actors
+                        if ids[n] in {w.node for w in workers}]
         # the coordinator that keeps running is one with actors on that node, so that it is
         # there to restart them whenever Ray reports the node dead
         owners = {int(w.coordinator.split(":")[1]) for w in workers if w.node == ids[victim]}

@@ -13,9 +13,8 @@ slice included (the planes are the only way to dw here). sm_90a only."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import replace
+from typing import Any
 
 from kernels.conv.problem import ConvProblem
 from kernels.conv.wgmma import WgmmaConv
