@@ -723,3 +723,46 @@ def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, 
                 config["num_leaves"]) == (rounds, 0.5, hybrid, 31)
         assert (config["candidates"], config["covers"]) == ("cover", 3)
         assert json.loads(read_bundle(out)["metrics.json"])["metrics"]["trees"] <= rounds
+
+
+def test_a_problem_is_compared_on_one_gpu_model():
+    import pandas as pd
+    from farm.select.data import one_gpu_per_problem
+    rows = [  # (C, kernel, gpu_name, id): C=8 has 3 H100 rows and 2 H200 rows, C=16 1 and 2
+        (8, "a", "H100", 1), (8, "b", "H100", 2), (8, "c", "H100", 3), (8, "a", "H200", 4),
+        (8, "b", "H200", 5), (16, "a", "H100", 6), (16, "a", "H200", 7), (16, "b", "H200", 8),
+        (32, "a", "H100", 9), (32, "a", "H200", 10)]  # a tie: the GPU measured last
+    frame = pd.DataFrame(rows, columns=["C", "kernel", "gpu_name", "id"])
+    kept = one_gpu_per_problem(frame, ["C"])
+    assert kept.groupby("C")["gpu_name"].agg(set).to_dict() == {
+        8: {"H100"}, 16: {"H200"}, 32: {"H200"}}
+    assert kept["id"].tolist() == [1, 2, 3, 7, 8, 10]
+    single = frame[frame["gpu_name"] == "H100"]
+    assert one_gpu_per_problem(single, ["C"]) is single
+
+
+def test_select_unseen_scores_choices_on_the_judges_times(fwd):
+    import pandas as pd
+    from bench.select_unseen import judge_model, summary
+    rows = usable(fwd.data.part("holdout"))
+    first = rows.drop_duplicates("problem").head(6)
+    fields = list(CONV_FIELDS)
+    problems = {f"p{i}": ConvProblem.from_fields("conv2d_fwd", DTYPE,
+                                                 {f: int(r[f]) for f in fields})
+                for i, (_, r) in enumerate(first.iterrows())}
+    names = [e.name for e in fwd.data.catalogue]
+    ok = pd.concat([pd.DataFrame({"problem_key": f"p{i}", "family": part["family"],
+                                  "instance": [names[c] for c in part["candidate"]],
+                                  "median_us": part["median_us"]})
+                    for i, (_, r) in enumerate(first.iterrows())
+                    for part in [rows[rows["problem"] == r["problem"]]]])
+    judged = judge_model("conv2d_fwd", fwd.model, problems, ok, set(ok["family"]))
+    assert len(judged) == 6 and not judged["first_unmeasured"].any()
+    assert ((judged["efficiency"] > 0) & (judged["efficiency"] <= 1)).all()
+    assert (judged["top2"] >= judged["efficiency"]).all()
+    slow = ok.assign(median_us=np.where(ok["instance"].isin(judged["choice"]),
+                                        ok["median_us"] * 10, ok["median_us"]))
+    worse = judge_model("conv2d_fwd", fwd.model, problems, slow, set(ok["family"]))
+    assert (worse["efficiency"] < judged["efficiency"]).all()
+    figures = summary(judged)
+    assert figures["problems"] == 6 and figures["min"] <= figures["mean"] <= 1

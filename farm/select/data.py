@@ -152,6 +152,20 @@ def measurements(queries: Queries, operator: str, arch: str, dtype: str,
     return frame[(frame["arch"] == arch) & frame["status"].isin(USABLE)]
 
 
+def one_gpu_per_problem(frame: pd.DataFrame, fields: list[str]) -> pd.DataFrame:
+    """Each problem's rows from one GPU model only: the one that measured most of its pairs
+    (on a tie, the one measured last). Two GPUs of one architecture (an H100 and an H200, in a
+    cluster or in imported recordings) time the same instances differently, so a problem's
+    candidates are compared on the same GPU."""
+    if frame["gpu_name"].nunique() < 2:
+        return frame
+    counts = (frame.groupby([*fields, "gpu_name"], sort=False)["id"].agg(["size", "max"])
+              .reset_index().sort_values(["size", "max"]).drop_duplicates(fields, keep="last"))
+    keep = frame[[*fields, "gpu_name"]].merge(counts[[*fields, "gpu_name"]], how="left",
+                                              indicator=True)["_merge"].eq("both").to_numpy()
+    return frame[keep]
+
+
 def load_dataset(queries: Queries, operator: str, arch: str, dtype: str,
                  split: SplitConfig = SplitConfig(), resources: ResourceLookup = no_resources,
                  include_replay: bool = False) -> Dataset:
@@ -160,7 +174,8 @@ def load_dataset(queries: Queries, operator: str, arch: str, dtype: str,
     if raw.empty:
         raise LookupError(f"no measurements of {operator} {dtype} on {arch}")
     fields = list(operator_spec(operator).fields)
-    frame = raw.sort_values("id").drop_duplicates([*fields, "kernel"], keep="last")
+    frame = one_gpu_per_problem(raw.sort_values("id"), fields)
+    frame = frame.drop_duplicates([*fields, "kernel"], keep="last")
     catalogue = tuple(build_catalogue(operator, dtype, set(frame["kernel"]), resources))
     if not catalogue:
         raise LookupError(f"no measured instance of {operator} {dtype} on {arch} is a "
