@@ -90,7 +90,7 @@ def judge_model(op: str, model, problems: dict, ok: pd.DataFrame, trained: set[s
         found = [times.get((key, name)) for name in picks]
         fastest = float(best.loc[key, "median_us"])
         measured = [t for t in found if t is not None]
-        first = found[0] if found[0] is not None else None
+        first = found[0]
         scored = first if first is not None else (min(measured) if measured else None)
         out.append({"problem": key, "class": shape_class(problem), "choice": picks[0],
                     "oracle": best.loc[key, "instance"],

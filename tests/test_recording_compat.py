@@ -85,7 +85,7 @@ def test_every_recorded_vendor_row_still_replays(name):
     assert stale.empty, f"{len(stale)} vendor rows would replay as not_recorded"
 
 
-@pytest.mark.parametrize("path", sorted(RECORDINGS_DIR.glob("*.parquet")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(RECORDINGS_DIR.rglob("*.parquet")), ids=lambda p: p.name)
 def test_every_shipped_recording_row_is_of_the_current_source(path):
     """A kernel source changed without its pairs measured again would replay as not_recorded
     (and `farm demo` would crown whatever family is left): every row's instance still exists
