@@ -245,7 +245,8 @@ def import_recording(store: Queries, source: str | Path | Recording,
     written: dict[str, int] = {}
     for (operator, dtype), part in frame.groupby(["operator", "dtype"], sort=False):
         problems = [row_problem(r) for r in part.drop_duplicates("problem_key").to_dict("records")]
-        name = f"{names.get((operator, dtype)) or f'{operator} {dtype}'} (imported)"
+        name = names.get((operator, dtype)) or f"{operator} {dtype}"
+        name = name if name.endswith(" (imported)") else f"{name} (imported)"
         job = store.create_job(name, operator, dtype, 0, {"imported_from": recording.path.name,
                                                           "environment": env["fingerprint"]},
                                problems)

@@ -109,6 +109,11 @@ def test_import_recording_loads_real_rows_under_the_recorded_environment(tmp_pat
     assert merged["median_us"].equals(merged["median_us_gpu"])
     [job] = store.jobs()
     assert (job.status, job.total_pairs, job.failed_pairs) == ("done", 16, 4)
+    again = tmp_path / "again.parquet"  # an imported job recorded and imported again
+    export_recording(store, [job.id], again)
+    result = CliRunner().invoke(app, ["import-recording", str(again)],
+                                env={"FARM_DB_URL": f"sqlite:///{tmp_path / 'third.db'}"})
+    assert result.exit_code == 0 and "recorded (imported): 16 pairs" in result.stdout
 
 
 def test_record_refuses_unfinished_or_replayed_jobs(sqlite_url, tmp_path):
