@@ -4,8 +4,8 @@ For each operator (--ops): a model trained by `farm train`'s recipe (TrainConfig
 the --train recordings, every problem whose geometry the judging recording holds (at any batch
 size) held out of its training, is asked about each problem of --judge (e.g. the networks' layers
 measured on the same GPU with every family) for its two best candidates; each choice is scored
-against the fastest instance measured ok there. Reported per operator and per class (dense,
-grouped, depthwise): mean, P10 and min efficiency of the first choice, top-1 (the fastest
+against the fastest instance measured ok there. Reported per operator and per class of shape (the
+operator's shape_class): mean, P10 and min efficiency of the first choice, top-1 (the fastest
 chosen), top-2 efficiency (the faster of the two), the first choices' speed over cuDNN where the
 judge measured it (geometric mean), and the problems whose fastest instance is of a family the
 training recordings never measured. A choice the judge did not measure ok (an instance left out
@@ -52,12 +52,6 @@ def judged_problems(judge: Recording, op: str) -> tuple[dict, pd.DataFrame]:
     return problems, ok
 
 
-def shape_class(problem) -> str:
-    if problem.G == 1:
-        return "dense"
-    return "depthwise" if problem.c_per_group == 1 else "grouped"
-
-
 def summary(rows: pd.DataFrame) -> dict:
     scored = rows.dropna(subset=["efficiency"])
     eff = scored["efficiency"].to_numpy()
@@ -77,6 +71,7 @@ def summary(rows: pd.DataFrame) -> dict:
 def judge_model(op: str, model, problems: dict, ok: pd.DataFrame, trained: set[str]
                 ) -> pd.DataFrame:
     selector = Selector(bundle_files(model), "lightgbm")
+    spec = operator_spec(op)
     ours = ok[ok["family"] != VENDOR]
     times = {(k, i): t for k, i, t in ours[["problem_key", "instance", "median_us"]]
              .itertuples(index=False)}
@@ -92,7 +87,7 @@ def judge_model(op: str, model, problems: dict, ok: pd.DataFrame, trained: set[s
         measured = [t for t in found if t is not None]
         first = found[0]
         scored = first if first is not None else (min(measured) if measured else None)
-        out.append({"problem": key, "class": shape_class(problem), "choice": picks[0],
+        out.append({"problem": key, "class": spec.shape_class(problem), "choice": picks[0],
                     "oracle": best.loc[key, "instance"],
                     "oracle_family": best.loc[key, "family"],
                     "efficiency": fastest / scored if scored else np.nan,
