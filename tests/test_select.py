@@ -760,8 +760,9 @@ def test_select_unseen_scores_choices_on_the_judges_times(fwd):
     assert len(judged) == 6 and not judged["first_unmeasured"].any()
     assert ((judged["efficiency"] > 0) & (judged["efficiency"] <= 1)).all()
     assert (judged["top2"] >= judged["efficiency"]).all()
-    slow = ok.assign(median_us=np.where(ok["instance"].isin(judged["choice"]),
-                                        ok["median_us"] * 10, ok["median_us"]))
+    chosen = ok["problem_key"].map(dict(zip(judged["problem"], judged["choice"])))
+    slow = ok.assign(median_us=np.where(ok["instance"] == chosen, ok["median_us"] * 10,
+                                        ok["median_us"]))  # each problem's own choice slower
     worse = judge_model("conv2d_fwd", fwd.model, problems, slow, set(ok["family"]))
     assert (worse["efficiency"] < judged["efficiency"]).all()
     figures = summary(judged)
