@@ -35,19 +35,16 @@ from farm.select.crossval import hold_out_shapes
 from farm.select.export import bundle_files
 from farm.select.selector import Selector
 from farm.select.train import TrainConfig, train
+from farm.store.scope import VENDOR
 from kernels.registry import operator_spec
-
-VENDOR = "vendor"
 
 
 def judged_problems(judge: Recording, op: str) -> tuple[dict, pd.DataFrame]:
     """The judge's problems of `op` by key, and its ok rows (problem key, instance, family,
     median_us)."""
-    frame = judge.frame
-    frame = frame[frame["operator"] == op]
-    problems = {}
-    for row in frame.drop_duplicates("problem_key").to_dict("records"):
-        problems[row["problem_key"]] = row_problem(row)
+    frame = judge.frame[judge.frame["operator"] == op]
+    problems = {row["problem_key"]: row_problem(row)
+                for row in frame.drop_duplicates("problem_key").to_dict("records")}
     ok = frame[frame["status"] == "ok"][["problem_key", "instance", "family", "median_us"]]
     return problems, ok
 
