@@ -103,16 +103,19 @@ def im2col_twin(inst):
 def test_w_s_tiles_straight_into_the_filter_tile():
     """fused_filter: one launch, no workspace, w's 4D map with a box of K/G rows a group (one
     group a super-group: the tile's rows); refused where the tile's rows are not whole boxes of
-    8-row multiples."""
+    8-row multiples, or where w's rows of C/G channels are not whole 16-byte runs (a tensor
+    map's strides)."""
     p = problem(C=144, K=288, G=9)  # 4 groups of 16 channels, 32 outputs a super-group
     wide = problem(C=224, K=224, G=2)  # one group of 112 a super-group, 2 k-tiles a tap
     odd = problem(C=96, K=96, G=4)  # 2 groups of 24: 24-row boxes do not tile 64 or 128 rows
+    narrow = problem(C=64, K=512, G=16)  # 4 channels a group: w's rows are 8 bytes
     seen = 0
     for inst in FAMILY.instances("conv2d_fwd", "bf16"):
         if not inst.settings["fused_filter"]:
             continue
         bn = inst.settings["block_n"]
         assert "fused_filter" in FAMILY.applicable(inst, odd)
+        assert "16-byte" in FAMILY.applicable(inst, narrow)
         for q, per, rows in ((p, 4, 32), (wide, 1, bn)):
             if FAMILY.applicable(inst, q):
                 continue

@@ -107,10 +107,14 @@ class WgmmaBlockdiagConv(WgmmaIm2colConv):
     def fused_refusal(instance: Instance, p: ConvProblem) -> str | None:
         """Why w's tiles cannot be copied straight into the filter tile, or None: with more
         than one group a super-group, a box of K/G rows a group, each 1024-byte aligned (whole
-        8-row swizzle atoms) and the tile's rows whole boxes."""
+        8-row swizzle atoms), the tile's rows whole boxes and w's rows of C/G channels whole
+        16-byte runs (a tensor map's strides)."""
         per, kg, bn = groups_per_super(p), p.k_per_group, instance.settings["block_n"]
         if not instance.settings["fused_filter"] or per <= 1:
             return None
+        if p.c_per_group % 8:
+            return (f"C/G={p.c_per_group}: w's rows are not 16-byte multiples, which a tensor "
+                    "map's strides must be (fused_filter)")
         if kg % 8 or bn % kg:
             return (f"K/G={kg}: the filter tile's {bn} rows are not whole boxes of K/G rows "
                     "of 8-row multiples (fused_filter)")
