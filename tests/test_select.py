@@ -741,9 +741,14 @@ def test_a_problem_is_compared_on_one_gpu_model():
     assert one_gpu_per_problem(single, ["C"]) is single
 
 
-def test_select_unseen_scores_choices_on_the_judges_times(fwd):
+def test_a_judge_scores_the_models_two_best_on_its_own_times(fwd):
+    """farm.select.judge on problems of the held-out split, their rows as a judge's: each
+    first choice scored against the judge's fastest time (a slower choice, a lower score; a
+    choice the judge did not measure, its second), the vendor's time over the chosen one, the
+    figures pooled and per class, stored as the other evaluations."""
     import pandas as pd
-    from bench.select_unseen import judge_model, summary
+    from farm.select.judge import Figures, Judge, evaluation, figures, judged_choices
+    from kernels.registry import operator_spec
     rows = usable(fwd.data.part("holdout"))
     first = rows.drop_duplicates("problem").head(6)
     fields = list(CONV_FIELDS)
@@ -756,14 +761,40 @@ def test_select_unseen_scores_choices_on_the_judges_times(fwd):
                                   "median_us": part["median_us"]})
                     for i, (_, r) in enumerate(first.iterrows())
                     for part in [rows[rows["problem"] == r["problem"]]]])
-    judged = judge_model("conv2d_fwd", fwd.model, problems, ok, set(ok["family"]))
+    fastest = ok.groupby("problem_key")["median_us"].min()
+    vendor = pd.DataFrame({"problem_key": fastest.index, "family": "vendor",
+                           "instance": "vendor", "median_us": 2 * fastest.to_numpy()})
+    judge = Judge("judge.parquet", "GPU", problems, pd.concat([ok, vendor]))
+    judged = judged_choices(fwd.model, judge, set(ok["family"]))
     assert len(judged) == 6 and not judged["first_unmeasured"].any()
     assert ((judged["efficiency"] > 0) & (judged["efficiency"] <= 1)).all()
     assert (judged["top2"] >= judged["efficiency"]).all()
+    assert judged["over_vendor"].to_numpy() == pytest.approx(2 * judged["efficiency"])
+    assert "vendor" not in set(judged["choice"]) | set(judged["oracle"])
     chosen = ok["problem_key"].map(dict(zip(judged["problem"], judged["choice"])))
     slow = ok.assign(median_us=np.where(ok["instance"] == chosen, ok["median_us"] * 10,
                                         ok["median_us"]))  # each problem's own choice slower
-    worse = judge_model("conv2d_fwd", fwd.model, problems, slow, set(ok["family"]))
+    worse = judged_choices(fwd.model, dataclasses.replace(judge, ok=slow), set(ok["family"]))
     assert (worse["efficiency"] < judged["efficiency"]).all()
-    figures = summary(judged)
-    assert figures["problems"] == 6 and figures["min"] <= figures["mean"] <= 1
+    pooled, classes = figures(worse)
+    assert pooled.under_0_70 == int((worse["efficiency"] < 0.70).sum()) > 0
+    assert (pooled.problems, pooled.scored, pooled.oracle_family_untrained) == (6, 6, 0)
+    assert pooled.min <= pooled.mean <= pooled.top2 <= 1
+    assert sum(c.problems for c in classes.values()) == 6
+    spec = operator_spec("conv2d_fwd")
+    assert set(classes) == {spec.shape_class(p) for p in problems.values()}
+    unmeasured = ok[ok["instance"] != chosen]  # no first choice measured: scored at the second
+    gone = judged_choices(fwd.model, dataclasses.replace(judge, ok=unmeasured), {"conv_naive"})
+    assert gone["first_unmeasured"].all()
+    assert gone["efficiency"].dropna().to_numpy() == pytest.approx(
+        gone["top2"].dropna().to_numpy())
+    found = Figures.of(gone)
+    assert found.first_not_measured == 6 and found.scored == gone["efficiency"].notna().sum()
+    assert found.over_vendor_geomean is None
+    assert found.oracle_family_untrained == (gone["oracle_family"] != "conv_naive").sum()
+    stored = evaluation(judge, judged)
+    assert (stored["recording"], stored["gpu"]) == ("judge.parquet", "GPU")
+    assert stored["pooled"]["top_k"] == {"2": figures(judged)[0].top2}
+    assert "top2" not in stored["pooled"] and stored["pooled"]["over_vendor_geomean"] == \
+        pytest.approx(float(np.exp(np.log(2 * judged["efficiency"]).mean())))
+    assert Figures.of(judged.iloc[0:0]) == Figures(0, 0)
