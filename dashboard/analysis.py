@@ -16,6 +16,10 @@ A selection model's `metrics` JSON (the models table, written by farm/select) is
                            ...]: the model's choice per held-out problem. With it the dashboard
                            recomputes the figures from the measurements and draws their
                            distributions; without it, it shows the stored figures only.
+  evaluations              {key of EVALUATIONS: entry}, stored by `farm train`'s options:
+                           the entry's figures (under "pooled" where it has that key; the
+                           judged recording's per class of shape under "classes"), shown as
+                           stored.
 """
 
 from __future__ import annotations
@@ -55,27 +59,54 @@ def stored_figures(metrics: dict) -> dict:
 
 EVALUATIONS = {"leave_one_network_out": "networks never trained on (pooled leave-one-out)",
                "held_out_spec": "held-out shapes of {spec}",
-               "held_out_region": "the held-out region {where}"}
+               "held_out_region": "the held-out region {where}",
+               "judged_recording": "layers of {recording} on {gpu}, their geometries held out "
+                                   "of training"}
+COUNT_COLUMNS = ("problems", "under 0.70")  # the other figure columns are fractions or ratios
+
+
+class _Named(dict):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _figure_row(figures: dict) -> dict:
+    """A stored figures dict as a table row: problems, mean, P10, min, top-2 / top-4
+    efficiency, choices under 0.70 and the speed over the vendor (judged only)."""
+    top = figures.get("top_k") or {}
+    return {"problems": figures.get("problems"), "mean": figures.get("mean"),
+            "p10": figures.get("p10"), "min": figures.get("min"),
+            "top-2 efficiency": top.get("2"), "top-4 efficiency": top.get("4"),
+            "under 0.70": figures.get("under_0_70"),
+            "over vendor (geomean)": figures.get("over_vendor_geomean")}
+
+
+def _stored(metrics: dict) -> dict:
+    found = metrics.get("evaluations") if isinstance(metrics, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 def stored_evaluations(metrics: dict) -> pd.DataFrame:
     """The evaluations stored with a model (farm train --leave-networks-out, --holdout-spec,
-    --holdout-where):
-    one row each, with problems, mean, P10, min and top-2 / top-4 efficiency."""
-    found = (metrics or {}).get("evaluations") if isinstance(metrics, dict) else None
+    --holdout-where, --judge-recording): one row each (_figure_row)."""
     rows = []
     for key, label in EVALUATIONS.items():
-        entry = (found or {}).get(key)
+        entry = _stored(metrics).get(key)
         if not isinstance(entry, dict):
             continue
-        figures = entry.get("pooled", entry)
-        top = figures.get("top_k") or {}
-        rows.append({"evaluation": label.format(spec=entry.get("spec", "?"),
-                                                where=entry.get("where", "?")),
-                     "problems": figures.get("problems"), "mean": figures.get("mean"),
-                     "p10": figures.get("p10"), "min": figures.get("min"),
-                     "top-2 efficiency": top.get("2"), "top-4 efficiency": top.get("4")})
+        rows.append({"evaluation": label.format_map(_Named(entry)),
+                     **_figure_row(entry.get("pooled", entry))})
     return pd.DataFrame(rows)
+
+
+def stored_classes(metrics: dict) -> pd.DataFrame:
+    """The judged evaluation's figures per class of shape (farm train --judge-recording): one
+    row each (_figure_row); empty where none is stored."""
+    entry = _stored(metrics).get("judged_recording")
+    classes = entry.get("classes") if isinstance(entry, dict) else None
+    return pd.DataFrame([{"class": name, **_figure_row(figures)}
+                         for name, figures in (classes or {}).items()
+                         if isinstance(figures, dict)])
 
 
 def stored_topk(metrics: dict) -> pd.DataFrame:

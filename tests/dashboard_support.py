@@ -10,7 +10,8 @@ seed: two operators on one H100 environment, bf16. Three conv2d_fwd problems, ke
   P3 dw     8    16   4               8        4 (c)      2.0       mobilenet_v2 depthwise
 
 Best single instance: a (efficiency 1, 0.5, 0.5; ranks 1, 2, 2). Model v1 (promoted) chose
-a, c, c: efficiency 1, 0 (c failed on P2), 1. Model v2 stores figures but no choices.
+a, c, c: efficiency 1, 0 (c failed on P2), 1. Model v2 stores figures but no choices, and
+evaluations: leave-one-network-out, a held-out spec, a judged recording (pooled and per class).
 
 Three groupnorm_bwd problems, kernels x (gn_onepass), y (gn_twopass) and the vendor:
 
@@ -35,6 +36,9 @@ from farm.store.models import FAILED_STATES, Artifact, Job, Model, utcnow
 from kernels.conv.problem import ConvProblem
 from kernels.groupnorm.problem import GroupNormProblem
 
+JUDGED = {"problems": 186, "scored": 186, "mean": 0.956, "p10": 0.885, "min": 0.216,
+          "top1": 0.323, "top_k": {"2": 0.970}, "under_0_70": 4, "first_not_measured": 0,
+          "oracle_family_untrained": 0, "over_vendor_geomean": 1.015}  # a judged recording's
 BASE = dict(H=56, W=56, R=3, S=3, pad_h=1, pad_w=1)
 PROBLEMS = [ConvProblem(op="conv2d_fwd", N=32, C=64, K=64, G=1, **BASE),
             ConvProblem(op="conv2d_fwd", N=8, C=64, K=64, G=8, **{**BASE, "H": 14, "W": 14}),
@@ -133,7 +137,14 @@ def seed(url: str) -> None:
                                       "mean": 0.972, "median": 1.0, "p10": 0.894, "min": 0.359,
                                       "top1": 0.7, "top5": 0.96,
                                       "top_k": {"2": 0.987, "4": 0.996, "8": 0.998},
-                                      "failed_choices": 0}}}))
+                                      "failed_choices": 0},
+                                  "judged_recording": {
+                                      "recording": "h200-networks.parquet",
+                                      "gpu": "NVIDIA H200", "pooled": JUDGED,
+                                      "classes": {"dense": {**JUDGED, "problems": 140},
+                                                  "depthwise": {**JUDGED, "problems": 46,
+                                                                "under_0_70": 0,
+                                                                "over_vendor_geomean": 1.4}}}}}))
         session.add(Model(operator=GN, arch="sm_90", dtype="bf16", version=1, promoted=True,
                           created_at=now - dt.timedelta(days=1), metrics={
                               "kind": "ranker", "holdout": {

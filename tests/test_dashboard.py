@@ -136,9 +136,21 @@ def test_efficiency(seeded):
     evaluations = at.dataframe[0].value  # before the worst-shapes table
     assert evaluations["evaluation"].tolist() == [
         "networks never trained on (pooled leave-one-out)",
-        "held-out shapes of training-coverage-fwd"]
-    assert evaluations["p10"].tolist() == [0.945, 0.894]
-    assert evaluations["top-2 efficiency"].tolist() == [0.992, 0.987]
+        "held-out shapes of training-coverage-fwd",
+        "layers of h200-networks.parquet on NVIDIA H200, their geometries held out of training"]
+    assert evaluations["problems"].tolist() == [166, 322, 186]
+    assert evaluations["p10"].tolist() == [0.945, 0.894, 0.885]
+    assert evaluations["top-2 efficiency"].tolist() == [0.992, 0.987, 0.970]
+    assert evaluations["top-4 efficiency"].tolist()[:2] == [0.998, 0.996]
+    judged = evaluations.iloc[2]
+    assert (judged["under 0.70"], judged["over vendor (geomean)"]) == (4, 1.015)
+    assert pd.isna(judged["top-4 efficiency"]) and evaluations["under 0.70"][:2].isna().all()
+    classes = at.dataframe[1].value
+    assert classes[["class", "problems", "mean", "under 0.70", "over vendor (geomean)"]
+                   ].values.tolist() == [["dense", 140, 0.956, 4, 1.015],
+                                         ["depthwise", 46, 0.956, 0, 1.4]]
+    assert "v2: the judged recording's layers by class of shape" in " ".join(
+        c.value for c in at.caption)
     assert "Stored held-out figures (40 problems)" in at.caption[0].value
     stored = figures(at)["Top-k efficiency (stored, held-out): the best of the model's k best "
                          "choices"]["data"][0]

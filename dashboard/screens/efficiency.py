@@ -40,6 +40,15 @@ def _show(name: str, frame: pd.DataFrame | None, stored: dict, where) -> None:
         where.caption(f"{figures['shapes']} shapes{untimed}.")
 
 
+def _stored_table(frame: pd.DataFrame, caption: str, key: str) -> None:
+    """A table of stored figures, the fractions and ratios to three places."""
+    if len(frame):
+        st.caption(caption)
+        st.dataframe(frame, hide_index=True, key=key, column_config={
+            c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns[1:]
+            if c not in analysis.COUNT_COLUMNS})
+
+
 st.title("Efficiency vs oracle")
 db_url = data.ready()
 found = data.choices(db_url)
@@ -86,13 +95,13 @@ if models.empty:
 for name, where in zip(chosen, st.columns(len(chosen))):
     _show(name, frames[name], options[name].metrics if options[name] is not None else {}, where)
 for name in chosen:
-    evaluations = analysis.stored_evaluations(options[name].metrics) \
-        if options[name] is not None else pd.DataFrame()
-    if len(evaluations):
-        st.caption(f"{name}: efficiency on shapes it never trained on (stored with the model)")
-        st.dataframe(evaluations, hide_index=True, key=f"evaluations_{name}",
-                     column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                    for c in evaluations.columns[2:]})
+    stored_with = options[name].metrics if options[name] is not None else {}
+    _stored_table(analysis.stored_evaluations(stored_with),
+                  f"{name}: efficiency on shapes it never trained on (stored with the model)",
+                  f"evaluations_{name}")
+    _stored_table(analysis.stored_classes(stored_with),
+                  f"{name}: the judged recording's layers by class of shape",
+                  f"classes_{name}")
 
 plotted = {n: f for n, f in frames.items() if f is not None}
 if plotted:
