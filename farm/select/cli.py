@@ -58,6 +58,11 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
           holdout_where: Annotated[Optional[str], typer.Option(
               help="Hold out a region of the shape space instead of the networks: a query over "
                    "the shape fields, e.g. 'R >= 5' (any batch size)")] = None,
+          judge_recording: Annotated[Optional[Path], typer.Option(
+              help="Judge the model on this recording's layers (e.g. the networks measured "
+                   "with every family on one GPU): their geometries (any batch size) held out "
+                   "instead of the networks, its two best candidates scored on the recording's "
+                   "times and stored with the model")] = None,
           db: DbOption = None) -> None:
     """Train, evaluate and register a selection model per operator/arch/dtype."""
     from farm.choices import check_operator
@@ -65,11 +70,16 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
     from farm.select.crossval import hold_out_shapes, leave_networks_out, region_shapes
     from farm.specs import load_spec
     from farm.select.data import SplitConfig, load_dataset
+    from farm.select.judge import Judge, evaluation, open_judge, train_judged
     from farm.select.registry import register
     from farm.select.train import CANDIDATE_RULES, TrainConfig, summary
     from farm.select.train import train as fit
     from farm.store.queries import ModelQueries
 
+    if judge_recording and (holdout_spec or holdout_where):
+        raise typer.BadParameter("it holds out the recording's own geometries; not with "
+                                 "--holdout-spec or --holdout-where",
+                                 param_hint="--judge-recording")
     with _errors():
         if op is not None:
             check_operator(op)
@@ -80,6 +90,8 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
             raise LookupError("no measurements match; run a sweep first")
         split = SplitConfig(holdout_networks=tuple(holdout) or None)
         held_spec = load_spec(holdout_spec) if holdout_spec else None
+        recording = open_judge(judge_recording) if judge_recording else None
+        judges = {t: Judge.of(recording, t[0], t[2], t[1]) for t in targets} if recording else {}
         if candidates not in (None, *CANDIDATE_RULES):
             raise typer.BadParameter(f"one of {', '.join(CANDIDATE_RULES)}",
                                      param_hint="--candidates")
@@ -98,7 +110,11 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
                 data = hold_out_shapes(data, {p.geometry() for p in held_spec.problems})
             elif holdout_where:
                 data = hold_out_shapes(data, region_shapes(data, holdout_where))
-            model = fit(data, config)
+            if judges:
+                data, model, rows = train_judged(data, judges[o, a, d], config)
+                evaluations["judged_recording"] = evaluation(judges[o, a, d], rows)
+            else:
+                model = fit(data, config)
             if held_spec is not None and held_spec.spec.operator == o:
                 evaluations["held_out_spec"] = {"spec": held_spec.spec.name,
                                                 **model.metrics["holdout"]}

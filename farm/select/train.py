@@ -343,4 +343,10 @@ def summary(model: TrainedModel) -> str:
         lines.append(f"  (held out: the shapes of {evaluations['held_out_spec']['spec']})")
     if "held_out_region" in evaluations:
         lines.append(f"  (held out: the region {evaluations['held_out_region']['where']})")
+    if "judged_recording" in evaluations:
+        from farm.select.judge import line  # it trains by this module
+
+        judged = evaluations["judged_recording"]
+        lines.append(f"  judged on the layers of {judged['recording']} ({judged['gpu']}), their "
+                     f"geometries held out: {line(judged['pooled'])}")
     return "\n".join(lines)
