@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from farm.environment import Environment
 from farm.problems import Problem, problem_from_store
-from farm.store import FAILED_STATES, NotFound, Queries
+from farm.store import ImportedJob, NotFound, Queries
 
 FORMAT = 2  # 1: one column per convolution shape field, read and converted on load
 META_KEY = b"farm"
@@ -223,12 +223,12 @@ def _loads(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) and value else {}
 
 
-def import_recording(store: Queries, source: str | Path | Recording,
-                     batch: int = 5000) -> dict[str, int]:
+def import_recording(store: Queries, source: str | Path | Recording) -> dict[str, int]:
     """Write a recording's rows into `store` as measurements of its recorded environment (not a
     replay: they are that GPU's measurements), one finished job per recorded operator and dtype,
-    vendor rows included (the selection models never choose them). Importing again replaces
-    the rows (the replaced ones go to history). Returns {job name: rows}."""
+    vendor rows included (the selection models never choose them), each job in one transaction.
+    Importing again replaces the rows (the replaced ones go to history). Returns {job name:
+    rows}."""
     recording = source if isinstance(source, Recording) else read_recording(source)
     env = dict(recording.environment)
     if env.get("replay_of"):
@@ -247,21 +247,38 @@ def import_recording(store: Queries, source: str | Path | Recording,
         problems = [row_problem(r) for r in part.drop_duplicates("problem_key").to_dict("records")]
         name = names.get((operator, dtype)) or f"{operator} {dtype}"
         name = name if name.endswith(" (imported)") else f"{name} (imported)"
-        job = store.create_job(name, operator, dtype, 0, {"imported_from": recording.path.name,
-                                                          "environment": env["fingerprint"]},
-                               problems)
-        ids = {p.key: i for i, p in store.job_problem_ids(job)}
-        rows = [{"kernel_id": kernels[r["kernel_key"]], "problem_id": ids[r["problem_key"]],
-                 "environment_id": env_id, "job_id": job, "status": r["status"],
-                 "message": cell(r["message"]), "policy": _loads(r["policy"]),
-                 "telemetry": _loads(r["telemetry"]),
-                 **{f: cell(r[f]) for f in TIMING_FIELDS if f != "samples"},
-                 "samples": int(cell(r["samples"]) or 0)}
-                for r in part.to_dict("records")]
-        for start in range(0, len(rows), batch):
-            store.record_measurements(rows[start:start + batch])
-        failed = sum(r["status"] in FAILED_STATES for r in rows)
-        store.set_job_state(job, "done", total_pairs=len(rows), done_pairs=len(rows) - failed,
-                            failed_pairs=failed)
-        written[name] = len(rows)
+        store.import_job(ImportedJob(
+            name=name, operator=operator, dtype=dtype,
+            spec={"imported_from": recording.path.name, "environment": env["fingerprint"]},
+            problems=tuple(problems), columns=measurement_columns(part, kernels, env_id)))
+        written[name] = len(part)
     return written
+
+
+def measurement_columns(part: pd.DataFrame, kernels: dict[str, int], env_id: int
+                        ) -> dict[str, list[Any]]:
+    """A recording's rows as the columns of measurement rows (problems named by
+    `problem_key`): missing cells None, samples 0 where missing, JSON objects decoded once for
+    all the rows that share them."""
+    return {"kernel_id": part["kernel_key"].map(kernels).tolist(),
+            "problem_key": part["problem_key"].tolist(),
+            "environment_id": [env_id] * len(part),
+            "status": part["status"].tolist(),
+            "message": _cells(part["message"]),
+            "policy": _objects(part["policy"]),
+            "telemetry": _objects(part["telemetry"]),
+            **{f: _cells(part[f]) for f in TIMING_FIELDS if f != "samples"},
+            "samples": part["samples"].fillna(0).astype("int64").tolist()}
+
+
+def _cells(column: pd.Series) -> list[Any]:
+    """A column's cells as Python values, None where missing (as `cell` reads them)."""
+    values = column.astype(object)
+    return values.where(values.notna(), None).tolist()
+
+
+def _objects(column: pd.Series) -> list[dict[str, Any]]:
+    """A column of JSON texts decoded (as `_loads` reads them), each distinct text once."""
+    codes, texts = pd.factorize(column)
+    decoded = [_loads(text) for text in texts]
+    return [decoded[c] if c >= 0 else {} for c in codes]

@@ -69,6 +69,34 @@ def test_remeasuring_replaces_the_row_and_keeps_history(db_url):
         store.record_measurements([row(kernels["k0"], pid, env, job, 1.0, status="fine")])
 
 
+def test_a_write_replaces_in_order_and_keeps_the_fields_a_row_leaves_out(db_url):
+    """A batch that gives a pair three times writes it, then replaces it twice (history in
+    that order); a re-measurement replaces only the fields its row gives; timings given as
+    integers are stored as floats."""
+    store = open_store(db_url, migrate=True)
+    job, env, replay, kernels = seed(store)
+    k0 = kernels["k0"]
+    store.record_measurements([{**row(k0, 1, env, job, 10), "message": "first"},
+                               row(k0, 1, env, job, 9.0), row(kernels["k1"], 1, env, job, 12.0),
+                               row(k0, 1, env, job, 8.0)])
+    store.record_measurements([{"kernel_id": k0, "problem_id": 1, "environment_id": env,
+                                "job_id": None, "status": "timeout"}])
+    fields = "status, median_us, message, job_id, samples"
+    assert stored(store, f"SELECT {fields} FROM measurements WHERE kernel_id = {k0}") == [
+        ("timeout", 8.0, "first", None, 20)]
+    history = stored(store, f"SELECT {fields} FROM measurement_history ORDER BY id")
+    assert history == [("ok", 10.0, "first", job, 20), ("ok", 9.0, "first", job, 20),
+                       ("ok", 8.0, "first", job, 20)]
+    assert type(history[0][1]) is float
+    assert store.count_rows("measurements") == 2
+
+
+def stored(store, query: str) -> list[tuple]:
+    """Rows as the database driver reads them."""
+    with store.engine.connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(query)]
+
+
 def test_timing_filters(db_url):
     store = open_store(db_url, migrate=True)
     job, env, replay, kernels = seed(store)

@@ -2,7 +2,7 @@
 
 from farm.store.db import DatabaseError, default_url, describe, make_engine, require_current, upgrade
 from farm.store.queries import (FAILED_STATES, JOB_STATES, MEASUREMENT_STATES, SETTLED_STATES,
-                                ProblemClaim,
+                                ImportedJob, ProblemClaim,
                                 JobStopped, JobSummary, NotFound, Queries, TimingFilter,
                                 WorkerSummary)
 
@@ -18,7 +18,8 @@ def open_store(url: str | None = None, *, migrate: bool | None = None) -> Querie
     return Queries(engine)
 
 
-__all__ = ["DatabaseError", "FAILED_STATES", "JOB_STATES", "JobStopped", "JobSummary",
+__all__ = ["DatabaseError", "FAILED_STATES", "ImportedJob", "JOB_STATES", "JobStopped",
+           "JobSummary",
            "MEASUREMENT_STATES", "SETTLED_STATES",
            "NotFound", "ProblemClaim", "Queries", "TimingFilter", "default_url", "describe", "make_engine",
            "open_store", "require_current", "upgrade", "WorkerSummary"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from farm.problems import Problem as ProblemRecord, problem_from_store
 from farm.store.claims import ClaimQueries, JobStopped, ProblemClaim  # noqa: F401
-from farm.store.writes import MEASUREMENT_FIELDS, write_measurements
+from farm.store.writes import (MEASUREMENT_FIELDS, write_measurement_columns,
+                               write_measurements)
 from farm.store.models import (FAILED_STATES, JOB_STATES, MEASUREMENT_STATES,  # noqa: F401
                                SETTLED_STATES, Artifact, Environment, Job, JobProblem, Kernel, Measurement,
                                MeasurementHistory, Model, Problem, Worker, utcnow)
@@ -46,6 +47,20 @@ class JobSummary:
     @property
     def finished_pairs(self) -> int:
         return self.done_pairs + self.failed_pairs + self.cached_pairs
+
+
+@dataclass(frozen=True)
+class ImportedJob:
+    """A finished job to write at once: its problems and its measurement rows a column at a
+    time (column -> one value per row), each row naming its problem by key (`problem_key`)
+    instead of problem_id and job_id."""
+
+    name: str
+    operator: str
+    dtype: str
+    spec: dict[str, Any]
+    problems: tuple[ProblemRecord, ...]
+    columns: dict[str, list[Any]]
 
 
 @dataclass(frozen=True)
@@ -90,34 +105,55 @@ class Queries(ClaimQueries):
 
     # Problems and jobs ---------------------------------------------------------------------
     def _problem_ids(self, session: Session, problems: Sequence[ProblemRecord]) -> list[int]:
+        """The problems' ids, stored first where they are new."""
         keys = [p.key for p in problems]
         found = dict(session.execute(select(Problem.key, Problem.id)
                                      .where(Problem.key.in_(set(keys)))).all())
-        for problem in problems:
-            if problem.key in found:
-                continue
-            row = Problem(key=problem.key, operator=problem.op, dtype=problem.dtype,
-                          layout=problem.layout, shape=problem.shape(), flops=problem.flops,
-                          min_bytes=problem.min_bytes)
-            session.add(row)
-            session.flush()
-            found[problem.key] = row.id
+        new = _first_of_each(problems, lambda p: p.key, found)
+        if new:
+            session.execute(insert(Problem.__table__), [
+                {"key": p.key, "operator": p.op, "dtype": p.dtype, "layout": p.layout,
+                 "shape": p.shape(), "flops": p.flops, "min_bytes": p.min_bytes}
+                for p in new.values()])
+            found.update(session.execute(select(Problem.key, Problem.id)
+                                         .where(Problem.key.in_(list(new)))).all())
         return [found[k] for k in keys]
 
     def create_job(self, name: str, operator: str, dtype: str, priority: int,
                    spec: dict[str, Any], problems: Sequence[ProblemRecord]) -> int:
         """Queue a job and its problems in one transaction; returns the job id."""
         with self.session.begin() as session:
-            ids = self._problem_ids(session, problems)
-            job = Job(name=name, operator=operator, dtype=dtype, priority=priority, spec=spec,
-                      status="queued")
-            session.add(job)
-            session.flush()
-            first = {problem_id: position for position, problem_id in reversed(list(
-                enumerate(ids)))}
-            session.execute(insert(JobProblem.__table__), [
-                {"job_id": job.id, "problem_id": p, "position": i} for p, i in first.items()])
-            return job.id
+            return self._add_job(session, name, operator, dtype, priority, spec,
+                                 self._problem_ids(session, problems))
+
+    def _add_job(self, session: Session, name: str, operator: str, dtype: str, priority: int,
+                 spec: dict[str, Any], problem_ids: Sequence[int]) -> int:
+        job = Job(name=name, operator=operator, dtype=dtype, priority=priority, spec=spec,
+                  status="queued")
+        session.add(job)
+        session.flush()
+        first = {problem_id: position for position, problem_id in reversed(list(
+            enumerate(problem_ids)))}
+        session.execute(insert(JobProblem.__table__), [
+            {"job_id": job.id, "problem_id": p, "position": i} for p, i in first.items()])
+        return job.id
+
+    def import_job(self, job: ImportedJob) -> int:
+        """Write a finished job with its problems and measurements in one transaction (pairs
+        already measured in that environment are replaced, the old rows kept in history);
+        returns the job id."""
+        with self.session.begin() as session:
+            problem_ids = self._problem_ids(session, job.problems)
+            job_id = self._add_job(session, job.name, job.operator, job.dtype, 0, job.spec,
+                                   problem_ids)
+            ids = dict(zip((p.key for p in job.problems), problem_ids))
+            keys = job.columns["problem_key"]
+            write_measurement_columns(session, {**job.columns, "job_id": [job_id] * len(keys),
+                                                "problem_id": [ids[k] for k in keys]})
+            failed = sum(status in FAILED_STATES for status in job.columns["status"])
+            self._set_state(session, job_id, "done", total_pairs=len(keys),
+                            done_pairs=len(keys) - failed, failed_pairs=failed)
+            return job_id
 
     def _summary(self, session: Session, job: Job) -> JobSummary:
         problems = session.scalar(select(func.count()).select_from(JobProblem)
@@ -174,6 +210,11 @@ class Queries(ClaimQueries):
 
     def set_job_state(self, job_id: int, status: str, error: str | None = None,
                       **counters: int) -> None:
+        with self.session.begin() as session:
+            self._set_state(session, job_id, status, error, **counters)
+
+    def _set_state(self, session: Session, job_id: int, status: str, error: str | None = None,
+                   **counters: int) -> None:
         if status not in JOB_STATES:
             raise ValueError(f"unknown job status {status!r}")
         values: dict[str, Any] = {"status": status, "updated_at": utcnow(), **counters}
@@ -183,11 +224,10 @@ class Queries(ClaimQueries):
             values["started_at"] = func.coalesce(Job.started_at, utcnow())
         if status in ("done", "failed", "cancelled"):
             values["finished_at"] = utcnow()
-        with self.session.begin() as session:
-            session.execute(update(Job).where(Job.id == job_id).values(**values))
-            if status == "done":
-                session.execute(update(JobProblem).where(JobProblem.job_id == job_id)
-                                .values(state="done", claimed_by=None))
+        session.execute(update(Job).where(Job.id == job_id).values(**values))
+        if status == "done":
+            session.execute(update(JobProblem).where(JobProblem.job_id == job_id)
+                            .values(state="done", claimed_by=None))
 
     def count_rows(self, table: str) -> int:
         """Rows in one of the farm's tables (for checks and summaries)."""
@@ -221,12 +261,11 @@ class Queries(ClaimQueries):
         with self.session.begin() as session:
             found = dict(session.execute(select(Kernel.key, Kernel.id).where(
                 Kernel.key.in_({k["key"] for k in kernels}))).all())
-            for record in kernels:
-                if record["key"] not in found:
-                    row = Kernel(**record)
-                    session.add(row)
-                    session.flush()
-                    found[record["key"]] = row.id
+            new = _first_of_each(kernels, lambda k: k["key"], found)
+            if new:
+                session.execute(insert(Kernel.__table__), list(new.values()))
+                found.update(session.execute(select(Kernel.key, Kernel.id)
+                                             .where(Kernel.key.in_(list(new)))).all())
             return found
 
     def record_measurements(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -399,6 +438,15 @@ def with_shapes(conn: Any, frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     table = table[[c for c in table.columns if c not in frame.columns]]
     return frame.join(table, on="problem_id")
+
+
+def _first_of_each(items: Iterable[Any], key: Any, found: Container[str]) -> dict[str, Any]:
+    """The first item of each key not in `found`, by key, in order."""
+    first: dict[str, Any] = {}
+    for item in items:
+        if key(item) not in found:
+            first.setdefault(key(item), item)
+    return first
 
 
 def _retry_race(insert: Any) -> Any:
