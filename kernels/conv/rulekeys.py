@@ -126,15 +126,17 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
 def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: str) -> Any:
     """conv_wgmma_blockdiag: whether the shape has super-groups of whole groups, then
     conv_wgmma_im2col's keys of the shape as padded super-groups, and for w's tiles copied
-    straight (fused_filter) whether a super-group holds more than one group and each tile
-    width is whole boxes of K/G rows of 8-row multiples."""
+    straight (fused_filter) whether a super-group holds more than one group, whether w's rows
+    of C/G channels are 16-byte runs and each tile width is whole boxes of K/G rows of 8-row
+    multiples."""
     from kernels.conv.wgmma_blockdiag import groups_per_super, padded, padded_refusal
 
     widths = settings_of(instances, "block_n")
 
     def boxes(p: Any) -> Hashable:
         kg = p.k_per_group
-        return groups_per_super(p) > 1, tuple(kg % 8 == 0 and bn % kg == 0 for bn in widths)
+        return (groups_per_super(p) > 1, p.c_per_group % 8 == 0,
+                tuple(kg % 8 == 0 and bn % kg == 0 for bn in widths))
 
     def wrapped(base: RuleKey) -> RuleKey:
         return lambda p: None if padded_refusal(p) else (base(padded(p)), boxes(p))
