@@ -249,6 +249,7 @@ def _cluster_commands() -> None:
     app.command("run")(cluster_cli.run)
     app.command("workers")(cluster_cli.workers)
     app.command("record")(cluster_cli.record)
+    app.command("merge-recordings")(cluster_cli.merge_recordings)
     app.command("import-recording")(cluster_cli.import_recording)
     app.command("demo")(cluster_cli.demo)
 

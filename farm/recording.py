@@ -80,8 +80,47 @@ def write_recording(frame: pd.DataFrame, environment: dict[str, Any], jobs: list
                                            META_KEY: json.dumps(meta, default=str).encode()})
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, out, compression="zstd", compression_level=19)  # a quarter smaller
+    partial = out.with_name(f".{out.name}.partial")  # a stopped write leaves no half file
+    try:
+        pq.write_table(table, partial, compression="zstd", compression_level=19)  # 1/4 smaller
+        partial.replace(out)
+    finally:
+        partial.unlink(missing_ok=True)
     return out
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What merge_recordings wrote: rows, and the pairs a later recording measured again."""
+
+    path: Path
+    rows: int
+    remeasured: int
+    jobs: int
+
+
+def merge_recordings(sources: list[str | Path], out: Path, note: str = "") -> Merged:
+    """One recording of several of one environment (e.g. the per-job files of one sweep): their
+    rows, a pair measured in more than one kept as the last of them measured it, and their jobs
+    in order (each named with the file it came from). The file is written whole or not at all."""
+    if not sources:
+        raise RecordingError("no recordings to merge")
+    recordings = [read_recording(s) for s in sources]
+    kinds = {(r.environment.get("fingerprint"), r.synthetic) for r in recordings}
+    if len(kinds) > 1:
+        found = "; ".join(f"{r.path.name}: {r.environment.get('fingerprint')} "
+                          f"({r.environment.get('gpu_name')}"
+                          f"{', synthetic' if r.synthetic else ''})" for r in recordings)
+        raise RecordingError(f"recordings of different environments cannot be merged: {found}")
+    frame = pd.concat([r.frame[list(COLUMNS)] for r in recordings], ignore_index=True)
+    last = ~frame.duplicated(["kernel_key", "problem_key"], keep="last")
+    jobs = [{**job, "id": number, "recording": r.path.name}
+            for number, (r, job) in enumerate(((r, j) for r in recordings for j in r.jobs), 1)]
+    notes = [r.note for r in recordings if r.note]
+    path = write_recording(frame[last].reset_index(drop=True), recordings[0].environment, jobs,
+                           out, note=note or "; ".join(dict.fromkeys(notes)),
+                           synthetic=recordings[0].synthetic)
+    return Merged(path, int(last.sum()), int((~last).sum()), len(jobs))
 
 
 def _json(value: Any) -> str:

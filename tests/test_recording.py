@@ -16,7 +16,7 @@ from farm.cluster.pairs import plan_job, select_instances
 from farm.environment import Environment
 from farm.measure import DeviceLost
 from farm.recording import (RecordingError, export_recording, find_recording, find_recordings,
-                            read_recording, recording_meta, write_recording)
+                            merge_recordings, read_recording, recording_meta, write_recording)
 from farm.replay import ReplayWorker
 from farm.specs import JobSpec, resolve_spec
 from farm.store import TimingFilter, open_store
@@ -170,6 +170,44 @@ def test_synthetic_recordings_are_labelled_and_never_picked_up(tmp_path):
     assert len(worker._rows) == len(read_recording(tmp_path / "h100.parquet").frame)
     with pytest.raises(RecordingError, match="another environment"):
         ReplayWorker([tmp_path / "h100.parquet", tmp_path / "old.parquet"])
+
+
+def test_merged_recordings_keep_every_pair_once_and_the_later_measurement(tmp_path):
+    real = read_recording(SYNTHETIC_FILE)
+    env = {**real.environment, "gpu_name": "NVIDIA H200", "fingerprint": "f" * 32}
+    frame, half = real.frame, len(real.frame) // 2
+    first, second = frame.iloc[:half + 10], frame.iloc[half:].copy()  # 10 pairs in both
+    second["median_us"] = second["median_us"] * 2  # measured again, slower
+    write_recording(first, env, [{"id": 1, "name": "a", "operator": "conv2d_fwd",
+                                  "dtype": "bf16"}], tmp_path / "a.parquet", note="sweep")
+    write_recording(second, env, [{"id": 1, "name": "b", "operator": "conv2d_fwd",
+                                   "dtype": "bf16"}], tmp_path / "b.parquet", note="sweep")
+    out = tmp_path / "merged.parquet"
+    result = CliRunner().invoke(app, ["merge-recordings", str(tmp_path / "a.parquet"),
+                                      str(tmp_path / "b.parquet"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {len(frame)} pairs of 2 jobs" in result.stdout
+    assert "10 pairs measured again" in result.stdout
+    merged = read_recording(out)
+    assert len(merged.frame) == len(frame) and merged.note == "sweep"
+    assert merged.environment == env and not merged.synthetic
+    assert [(j["id"], j["name"], j["recording"]) for j in merged.jobs] == [
+        (1, "a", "a.parquet"), (2, "b", "b.parquet")]
+    key = ["kernel_key", "problem_key"]
+    assert not merged.frame.duplicated(key).any()
+    both = merged.frame.merge(second[[*key, "median_us"]], on=key, suffixes=("", "_b"))
+    assert len(both) == len(second)  # every pair of the later file as it measured it
+    assert both["median_us"].equals(both["median_us_b"])
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # another GPU's recording: refused, naming both, and nothing written
+    write_recording(first, {**env, "fingerprint": "e" * 32}, [], tmp_path / "other.parquet")
+    with pytest.raises(RecordingError, match="different environments.*a.parquet.*other.parquet"):
+        merge_recordings([tmp_path / "a.parquet", tmp_path / "other.parquet"],
+                         tmp_path / "never.parquet")
+    assert not (tmp_path / "never.parquet").exists()
+    result = CliRunner().invoke(app, ["merge-recordings", str(tmp_path / "missing.parquet"),
+                                      "--out", str(tmp_path / "never.parquet")])
+    assert result.exit_code == 1 and "no recording file" in result.stderr
 
 
 def test_default_selection_and_filters():

@@ -1,5 +1,5 @@
-"""The cluster's commands of `farm`: run, workers, record, import-recording, demo (registered by
-farm/cli.py)."""
+"""The cluster's commands of `farm`: run, workers, record, merge-recordings,
+import-recording, demo (registered by farm/cli.py)."""
 
 from __future__ import annotations
 
@@ -154,6 +154,27 @@ def record(jobs: Annotated[list[int], typer.Argument(help="Finished job ids")],
     recording = read_recording(path)
     out.print(f"wrote {len(recording.frame)} pairs of {recording.environment['gpu_name']} "
               f"({recording.arch}) to {path}", highlight=False)
+
+
+def merge_recordings(
+        sources: Annotated[list[Path], typer.Argument(help="Recordings of one environment")],
+        out_path: Annotated[Path, typer.Option("--out", help="Parquet file to write")],
+        note: Annotated[str, typer.Option(help="A line saying what was recorded (default: "
+                                               "the recordings' notes)")] = ""
+        ) -> None:
+    """Merge recordings of one GPU environment (e.g. one sweep's per-job files) into one file; a
+    pair measured in several keeps the last file's row."""
+    from farm.recording import RecordingError, merge_recordings as merge
+
+    try:
+        merged = merge(list(sources), out_path, note)
+    except RecordingError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    again = f" ({merged.remeasured} pairs measured again: the later file's kept)" \
+        if merged.remeasured else ""
+    out.print(f"wrote {merged.rows} pairs of {merged.jobs} jobs to {merged.path}{again}",
+              highlight=False)
 
 
 def import_recording(path: Annotated[Path, typer.Argument(help="Recording (parquet) to load")],
