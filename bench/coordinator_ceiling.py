@@ -21,16 +21,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import RESULTS, ScratchDatabases, write_result
+from bench.trees import ROOT, baseline_tree, remove_tree, run_in_tree
 from farm.recording import RECORDINGS_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # Runs in a fresh interpreter with the code tree under test first on sys.path; it uses only
 # the API that every revision of the farm has (submit, Coordinator, the standard sweep).
@@ -71,23 +68,7 @@ print("RESULT " + json.dumps({
 
 
 def serve(tree: Path, url: str, recording: Path, actors: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-c", DRIVER, url, str(recording), str(actors)],
-                          cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the run in {tree} failed:\n{done.stdout[-3000:]}"
-                           f"\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
-
-
-def baseline_tree(ref: str, folder: Path) -> tuple[Path, str]:
-    """A checkout of the farm at `ref` (a detached git worktree), and its commit."""
-    commit = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout.strip()
-    subprocess.run(["git", "worktree", "add", "--detach", str(folder), commit], cwd=ROOT,
-                   check=True, capture_output=True)
-    return folder, commit
+    return run_in_tree(tree, DRIVER, url, str(recording), str(actors))
 
 
 def gpu_rates() -> dict[str, float]:
@@ -117,25 +98,11 @@ def main() -> None:
     recording = args.recording.resolve()
     if not recording.is_file():
         raise SystemExit(f"no recording {recording} to replay")
-    server = None
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, \
+            ScratchDatabases(args.databases.split(","), Path(tmp), args.pg_url) as databases:
         trees = {"current": (ROOT, "working tree")}
         if args.baseline:
             trees = {"baseline": baseline_tree(args.baseline, Path(tmp) / "baseline"), **trees}
-        databases = {"sqlite": lambda: f"sqlite:///{tmp}/ceiling-{time.monotonic_ns()}.db"}
-        if "postgresql" in args.databases:
-            if args.pg_url:
-                databases["postgresql"] = lambda: args.pg_url
-            else:
-                try:
-                    from tests.pg_server import PgServer
-                    server = PgServer()
-                    server.start()
-                    databases["postgresql"] = server.create_database
-                except (ImportError, RuntimeError, OSError) as exc:
-                    print(f"no PostgreSQL: {exc}")
-                    server = None
-        databases = {k: v for k, v in databases.items() if k in args.databases.split(",")}
         runs = []
         try:
             for name, make_url in databases.items():
@@ -148,12 +115,8 @@ def main() -> None:
                                    for k, v in run.items()}, flush=True)
                             runs.append(run)
         finally:
-            if server is not None:
-                server.stop()
             if args.baseline:
-                subprocess.run(["git", "worktree", "remove", "--force", str(Path(tmp) /
-                                                                            "baseline")],
-                               cwd=ROOT, capture_output=True)
+                remove_tree(Path(tmp) / "baseline")
     rates = gpu_rates()
     figures = {"recording": recording.name, "runs": runs, "gpu_ok_rows_per_s": rates,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor()}}
