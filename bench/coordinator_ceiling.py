@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import RESULTS, ScratchDatabases, write_result
-from bench.trees import ROOT, baseline_tree, remove_tree, run_in_tree
+from bench.trees import code_trees, run_in_tree
 from farm.recording import RECORDINGS_DIR
 
 
@@ -98,25 +98,19 @@ def main() -> None:
     recording = args.recording.resolve()
     if not recording.is_file():
         raise SystemExit(f"no recording {recording} to replay")
+    runs = []
     with tempfile.TemporaryDirectory() as tmp, \
-            ScratchDatabases(args.databases.split(","), Path(tmp), args.pg_url) as databases:
-        trees = {"current": (ROOT, "working tree")}
-        if args.baseline:
-            trees = {"baseline": baseline_tree(args.baseline, Path(tmp) / "baseline"), **trees}
-        runs = []
-        try:
-            for name, make_url in databases.items():
-                for actors in (int(a) for a in args.actors.split(",")):
-                    for _ in range(args.repeats):
-                        for code, (tree, commit) in trees.items():  # alternate the trees
-                            run = {"database": name, "actors": actors, "code": code,
-                                   "commit": commit, **serve(tree, make_url(), recording, actors)}
-                            print({k: round(v, 3) if isinstance(v, float) else v
-                                   for k, v in run.items()}, flush=True)
-                            runs.append(run)
-        finally:
-            if args.baseline:
-                remove_tree(Path(tmp) / "baseline")
+            ScratchDatabases(args.databases.split(","), Path(tmp), args.pg_url) as databases, \
+            code_trees(args.baseline, Path(tmp)) as trees:
+        for name, make_url in databases.items():
+            for actors in (int(a) for a in args.actors.split(",")):
+                for _ in range(args.repeats):
+                    for code, (tree, commit) in trees.items():  # alternate the trees
+                        run = {"database": name, "actors": actors, "code": code,
+                               "commit": commit, **serve(tree, make_url(), recording, actors)}
+                        print({k: round(v, 3) if isinstance(v, float) else v
+                               for k, v in run.items()}, flush=True)
+                        runs.append(run)
     rates = gpu_rates()
     figures = {"recording": recording.name, "runs": runs, "gpu_ok_rows_per_s": rates,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor()}}

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import ScratchDatabases, cpu_name, write_result
-from bench.trees import ROOT, baseline_tree, remove_tree, run_in_tree
+from bench.trees import code_trees, run_in_tree
 
 # Runs in a fresh interpreter with the code tree under test first on sys.path; it uses only
 # the API that every revision of the farm has (open_store, import_recording).
@@ -62,22 +62,16 @@ def main() -> None:
     paths = [str(p.resolve()) for p in args.recording]
     runs = []
     with tempfile.TemporaryDirectory() as tmp, \
-            ScratchDatabases(args.databases.split(","), Path(tmp), args.pg_url) as databases:
-        trees = {"current": (ROOT, "working tree")}
-        if args.baseline:
-            trees = {"baseline": baseline_tree(args.baseline, Path(tmp) / "baseline"), **trees}
-        try:
-            for name, make_url in databases.items():
-                for _ in range(args.repeats):
-                    for code, (tree, commit) in trees.items():  # alternate the trees
-                        run = {"database": name, "code": code, "commit": commit,
-                               **run_in_tree(tree, DRIVER, make_url(), *paths)}
-                        print({k: round(v, 2) if isinstance(v, float) else v
-                               for k, v in run.items()}, flush=True)
-                        runs.append(run)
-        finally:
-            if args.baseline:
-                remove_tree(Path(tmp) / "baseline")
+            ScratchDatabases(args.databases.split(","), Path(tmp), args.pg_url) as databases, \
+            code_trees(args.baseline, Path(tmp)) as trees:
+        for name, make_url in databases.items():
+            for _ in range(args.repeats):
+                for code, (tree, commit) in trees.items():  # alternate the trees
+                    run = {"database": name, "code": code, "commit": commit,
+                           **run_in_tree(tree, DRIVER, make_url(), *paths)}
+                    print({k: round(v, 2) if isinstance(v, float) else v
+                           for k, v in run.items()}, flush=True)
+                    runs.append(run)
     medians = {}
     for key in {(r["database"], r["code"]) for r in runs}:
         mine = [r for r in runs if (r["database"], r["code"]) == key]

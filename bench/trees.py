@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,3 +40,18 @@ def run_in_tree(tree: Path, driver: str, *args: str, timeout: float = 3600) -> d
         raise RuntimeError(f"the run in {tree} failed:\n{done.stdout[-3000:]}"
                            f"\n{done.stderr[-3000:]}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+@contextmanager
+def code_trees(baseline: str | None, folder: Path) -> Iterator[dict[str, tuple[Path, str]]]:
+    """{"baseline": (tree, commit)} at `baseline` where given (removed on exit), then
+    {"current": (this checkout, "working tree")}: the trees to alternate."""
+    trees = {"current": (ROOT, "working tree")}
+    if not baseline:
+        yield trees
+        return
+    tree = Path(folder) / "baseline"
+    try:
+        yield {"baseline": baseline_tree(baseline, tree), **trees}
+    finally:
+        remove_tree(tree)
