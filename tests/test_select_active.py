@@ -105,3 +105,37 @@ def test_a_batch_that_cannot_be_queued_is_a_note_not_a_stop(fwd, monkeypatch):  
     trainer._finish(object(), ("conv2d_fwd", "sm_90", "bf16"), 1)
     assert len(trainer.registered) == 1 and trainer.queued_jobs() == 0
     assert "the batch could not be queued (active-sampling: kernels[4]: no instance)" in notes[-1]
+
+
+def test_thinly_measured_families_get_shapes_they_take(fwd):  # noqa: F811
+    """A quarter of the batch at most goes to the families measured on the fewest training
+    problems, in turn, each shape one the named family takes; reference families never."""
+    from farm.select.active import takes
+    from farm.select.data import family_problems
+    from farm.select.guard import is_reference, thin_families
+
+    counts = family_problems(fwd.data)
+    assert set(counts) == {e.family for e in fwd.data.catalogue}
+    assert counts["conv_naive"] > 0 and min(counts.values()) >= 0
+    assert fwd.model.metrics["family_problems"] == counts
+    from farm.select.train import summary
+    few = thin_families(counts, 30)
+    assert few and f"{few[0][0]} {few[0][1]}" in summary(fwd.model).split("thinly measured")[1]
+    every = thin_families(counts, 10 ** 6)  # every family counts as thin
+    assert [n for _, n in every] == sorted(n for _, n in every)
+    assert not any(is_reference(f) for f, _ in every)
+    batch = plan_batch(fwd.model, fwd.data, count=24, pool_size=400, seed=1, thin=10 ** 6)
+    thin = [(p, r) for p, r in zip(batch.problems, batch.reasons) if r.startswith("thin")]
+    wrong = [r for r in batch.reasons if r.startswith("wrong")]
+    assert len(thin) == min(6, 24 - len(wrong))
+    named = [r.split()[1] for _, r in thin]
+    takers = [f for f, _ in every]
+    assert len(takers) > 6 and len(set(named)) == len(named)  # one each, in turn,
+    assert named == [f for f in takers if f in named]  # fewest first
+    for problem, reason in thin:
+        family, ran = reason.split()[1], int(reason.split()[4])
+        assert counts[family] == ran and takes(family, "conv2d_fwd", "bf16", problem)
+    assert len(batch.problems) == 24
+    # no thin family: the batch is as before the rule
+    assert plan_batch(fwd.model, fwd.data, count=24, pool_size=400, seed=1, thin=0) == \
+        plan_batch(fwd.model, fwd.data, count=24, pool_size=400, seed=1, thin=-1)

@@ -6,6 +6,9 @@ a batch takes
   - the nearest pool shape to each problem the model chose badly on (efficiency under
     `wrong_below` on its validation and held-out problems, worst first; nearest in log2(1 + v)
     of the numeric shape fields), up to half of the batch;
+  - then, up to a quarter of the batch, pool shapes that a thinly measured family takes (one
+    that ran ok on fewer than `thin` training problems, fewest first, taken in turn; never a
+    reference-speed family): the model knows least about the families it has seen least;
   - then the pool shapes on which the model is least sure: the smallest gap between the costs
     of its two best applicable candidates.
 The coordinator (farm/cluster/retrain.py) queues the batch as a job after it registers a model;
@@ -20,12 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from farm.problems import Problem
-from farm.select.data import Dataset, geometries, geometry_fields
+from farm.select.data import THIN, Dataset, family_problems, geometries, geometry_fields
 from farm.select.evaluate import ranked
 from farm.select.export import bundle_files
+from farm.select.guard import thin_families
 from farm.select.selector import Selector
 from farm.select.train import TrainedModel, usable
-from kernels.registry import operator_spec
+from kernels.registry import get_family, operator_spec
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,12 @@ def wrong_problems(model: TrainedModel, data: Dataset, below: float) -> list[tup
     return [(float(r["eff"]), {f: r[f] for f in fields}) for r in bad.to_dict("records")]
 
 
+def takes(family: str, operator: str, dtype: str, problem: Problem) -> bool:
+    """Whether any of the family's instances of `operator` and `dtype` applies to `problem`."""
+    found = get_family(family)
+    return any(found.applicable(i, problem) is None for i in found.instances(operator, dtype))
+
+
 def _log_fields(operator: str, shapes: Sequence[dict]) -> np.ndarray:
     fields = geometry_fields(operator)
     return np.log2(1.0 + np.array([[float(s[f]) for f in fields] for s in shapes]))
@@ -74,7 +84,7 @@ def _log_fields(operator: str, shapes: Sequence[dict]) -> np.ndarray:
 
 def plan_batch(model: TrainedModel, data: Dataset, count: int, pool_size: int = 2000,
                seed: int = 0, wrong_below: float = 0.9,
-               shapes: Sequence[dict] | None = None) -> SamplingBatch:
+               shapes: Sequence[dict] | None = None, thin: int = THIN) -> SamplingBatch:
     """The next `count` shapes to measure for `model`'s operator (see the module docstring),
     from `shapes` if given, else from `pool_size` generated ones."""
     op = operator_spec(data.operator)
@@ -100,6 +110,7 @@ def plan_batch(model: TrainedModel, data: Dataset, count: int, pool_size: int = 
                     label = ",".join(f"{f}={shape[f]}" for f in fields)
                     picked[int(i)] = f"wrong ({eff:.2f}): {label}"
                     break
+    _pick_thin(picked, pool, data, thin, len(picked) + count // 4)
     selector = Selector(bundle_files(model))
     gaps = [cost_gap(selector, p) for p in pool]
     for i in np.argsort(gaps, kind="stable"):
@@ -110,3 +121,25 @@ def plan_batch(model: TrainedModel, data: Dataset, count: int, pool_size: int = 
     order = list(picked)
     return SamplingBatch(data.operator, data.dtype, tuple(pool[i] for i in order),
                          tuple(picked[i] for i in order))
+
+
+def _pick_thin(picked: dict[int, str], pool: Sequence[Problem], data: Dataset, below: int,
+               until: int) -> None:
+    """Add to `picked` (pool index: reason), until it holds `until`, pool shapes of the thin
+    families, one family after another (fewest training problems first), each its next shape
+    in pool order."""
+    def taken_by(family: str):
+        return (i for i, p in enumerate(pool) if takes(family, data.operator, data.dtype, p))
+
+    queues = [(family, ran, taken_by(family))
+              for family, ran in thin_families(family_problems(data), below)]
+    while queues and len(picked) < until:
+        for entry in list(queues):
+            if len(picked) >= until:
+                break
+            family, ran, shapes = entry
+            found = next((i for i in shapes if i not in picked), None)
+            if found is None:
+                queues.remove(entry)
+            else:
+                picked[found] = f"thin: {family} ran on {ran} training problems"

@@ -27,6 +27,7 @@ from kernels.registry import get_family, operator_spec
 DEFAULT_HOLDOUT = ("efficientnet_b0", "resnext50_32x4d")  # the convolutions' held-out networks
 USABLE = ("ok", "compile_error", "launch_error", "timeout", "wrong_result", "unsupported")
 SYNTHETIC_MARK = "SYNTHETIC"
+THIN = 30  # a family that ran ok on fewer training problems than this is thinly measured
 
 
 @dataclass(frozen=True)
@@ -228,3 +229,14 @@ def _number(value: Any) -> float | None:
         return None if value is None else float(value)
     except (TypeError, ValueError):
         return None
+
+
+def family_problems(data: Dataset) -> dict[str, int]:
+    """The training problems on which each candidate family (of the catalogue) ran ok where its
+    rules allow it; 0 for a family that never did."""
+    train = data.part("train")
+    ran = train[train["status"].eq("ok") & train["applicable"].astype(bool)]
+    families = np.array([e.family for e in data.catalogue])
+    counts = ran.assign(family=families[ran["candidate"].to_numpy()]).groupby(
+        "family")["problem"].nunique()
+    return {f: int(counts.get(f, 0)) for f in dict.fromkeys(families)}

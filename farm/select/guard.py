@@ -66,6 +66,13 @@ def reference_flags(families: Sequence[str]) -> np.ndarray:
     return np.array([is_reference(f) for f in families], dtype=bool)
 
 
+def thin_families(problems: dict[str, int], below: int) -> list[tuple[str, int]]:
+    """(family, problems) of the families of `problems` (family: training problems it ran on)
+    measured on fewer than `below`, fewest first; reference-speed families left out."""
+    found = [(f, n) for f, n in problems.items() if n < below and not is_reference(f)]
+    return sorted(found, key=lambda item: (item[1], item[0]))
+
+
 def safe_rows(values: np.ndarray, candidates: np.ndarray, low: np.ndarray, high: np.ndarray,
               reference: np.ndarray) -> np.ndarray:
     """Whether candidate `candidates[i]` is safe on the shape `values[i]` (numeric fields in

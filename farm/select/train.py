@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 from farm.select.catalogue import CatalogueEntry
-from farm.select.data import Dataset, geometry_fields
+from farm.select.data import THIN, Dataset, family_problems, geometry_fields
 from farm.select.evaluate import Efficiency, choices, efficiency
 from farm.select.features import FeatureSpec, feature_matrix, instance_matrix, shape_numbers
-from farm.select.guard import TrainingSupport, reference_flags
+from farm.select.guard import TrainingSupport, reference_flags, thin_families
 from kernels.registry import operator_spec
 
 KINDS = ("regressor", "ranker", "hybrid")
@@ -310,6 +310,7 @@ def train(data: Dataset, config: TrainConfig = TrainConfig()) -> TrainedModel:
                "trees": booster.best_iteration or booster.num_trees(),
                "training_rows": int(len(fit["train"])), "training_seconds": seconds,
                "candidates_kept": int(len(kept)),
+               "family_problems": family_problems(data),
                "synthetic": bool(data.window.get("synthetic")),
                "per_problem": per_problem(data, parts["holdout"], costs[chosen]["holdout"],
                                           safe["holdout"], depth)}
@@ -335,6 +336,10 @@ def summary(model: TrainedModel) -> str:
              f"trees, {m['training_rows']} training rows, {m['training_seconds']:.1f} s{label}"]
     for part in ("validation", "holdout"):
         lines.append(f"  {part:10s} " + Efficiency(**m[part]).line())
+    thin = thin_families(m.get("family_problems", {}), THIN)
+    if thin:
+        lines.append(f"  thinly measured (ok on fewer than {THIN} training problems; measure "
+                     "shapes they take): " + ", ".join(f"{f} {n}" for f, n in thin))
     evaluations = m.get("evaluations", {})
     if "leave_one_network_out" in evaluations:
         pooled = evaluations["leave_one_network_out"]["pooled"]
