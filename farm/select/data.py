@@ -239,4 +239,4 @@ def family_problems(data: Dataset) -> dict[str, int]:
     families = np.array([e.family for e in data.catalogue])
     counts = ran.assign(family=families[ran["candidate"].to_numpy()]).groupby(
         "family")["problem"].nunique()
-    return {f: int(counts.get(f, 0)) for f in dict.fromkeys(families)}
+    return {str(f): int(counts.get(f, 0)) for f in dict.fromkeys(families)}
