@@ -3,10 +3,10 @@
 For each operator (--ops): a model trained by `farm train`'s recipe (TrainConfig's defaults) on
 the --train recordings, judged on --judge (e.g. the networks' layers measured on the same GPU
 with every family) as farm.select.judge does: every problem whose geometry the judge holds (at
-any batch size) held out of training, the model's two best candidates on each of the judge's
+any batch size) held out of training, the model's four best candidates on each of the judge's
 problems scored against the fastest instance measured there. Reported per operator and per
 class of shape (the operator's shape_class): mean, P10 and min efficiency of the first choice,
-top-1, top-2 efficiency, the count under 0.70, the first choices' speed over the vendor library
+top-1, top-2 and top-4 efficiency, the count under 0.70, the first choices' speed over the vendor library
 (cuDNN for convolutions) where the judge measured it, the problems whose fastest instance is of
 a family the training recordings never measured, the first choices the judge did not measure
 (farm.select.judge.Figures), and the worst choices. `farm train --judge-recording` stores the

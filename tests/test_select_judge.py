@@ -64,7 +64,8 @@ def test_cli_train_judges_the_model_on_the_recordings_layers_and_stores_it(farm)
     pooled = judged["pooled"]
     assert (pooled["problems"], pooled["scored"], pooled["first_not_measured"],
             pooled["oracle_family_untrained"]) == (JUDGED, JUDGED, 0, 0)
-    assert 0 < pooled["min"] <= pooled["p10"] <= pooled["mean"] <= pooled["top_k"]["2"] <= 1
+    assert 0 < pooled["min"] <= pooled["p10"] <= pooled["mean"] <= pooled["top_k"]["2"] \
+        <= pooled["top_k"]["4"] <= 1
     assert pooled["under_0_70"] == 0 or pooled["min"] < 0.70
     assert 0.5 < pooled["over_vendor_geomean"] < 2
     classes = judged["classes"]
@@ -75,6 +76,7 @@ def test_cli_train_judges_the_model_on_the_recordings_layers_and_stores_it(farm)
     assert shown["evaluation"].tolist() == [
         f"layers of judge.parquet on {GPU_NAME}, their geometries held out of training"]
     assert shown.iloc[0]["top-2 efficiency"] == pooled["top_k"]["2"]
+    assert shown.iloc[0]["top-4 efficiency"] == pooled["top_k"]["4"]
     assert stored_classes(model.metrics)["class"].tolist() == list(classes)
     # bench/select_unseen.py: the same recipe on the training database's export, the same
     # figures in its own JSON (top-2 as "top2")
@@ -94,6 +96,7 @@ def test_cli_train_judges_the_model_on_the_recordings_layers_and_stores_it(farm)
     assert figures["judge_gpu"] == GPU_NAME and found["held_out_of_training"] == len(measured)
     assert found["all"]["problems"] == JUDGED
     assert found["all"]["top2"] == pytest.approx(pooled["top_k"]["2"])
+    assert found["all"]["top4"] == pytest.approx(pooled["top_k"]["4"])
     assert found["all"]["mean"] == pytest.approx(pooled["mean"])
     assert set(found["classes"]) == set(classes)
 

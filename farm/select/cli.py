@@ -61,7 +61,7 @@ def train(op: Annotated[Optional[str], typer.Option("--op", help="Operator (defa
           judge_recording: Annotated[Optional[Path], typer.Option(
               help="Judge the model on this recording's layers (e.g. the networks measured "
                    "with every family on one GPU): their geometries (any batch size) held out "
-                   "instead of the networks, its two best candidates scored on the recording's "
+                   "instead of the networks, its four best candidates scored on the recording's "
                    "times and stored with the model")] = None,
           db: DbOption = None) -> None:
     """Train, evaluate and register a selection model per operator/arch/dtype."""
