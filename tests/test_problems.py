@@ -26,6 +26,20 @@ def test_gemm_view_per_direction_for_a_grouped_strided_layer():
     assert ConvProblem(op="conv2d_bwd_weight", **fields).gemm == (8, 16 * 9, 2 * 4 * 3)
 
 
+def test_a_view_is_the_problem_with_its_changes_and_its_own_derived_sizes():
+    import dataclasses
+
+    grouped = ConvProblem(op="conv2d_bwd_weight", **{**RESNET_3X3, "G": 32})
+    assert grouped.gemm == (4, 4 * 9, 32 * 28 * 28)  # cached on the original
+    view = grouped.view(G=8)
+    assert view == dataclasses.replace(grouped, G=8) and hash(view) == hash(
+        dataclasses.replace(grouped, G=8))
+    assert view.gemm == (16, 16 * 9, 32 * 28 * 28) and (view.P, view.Q) == (28, 28)
+    assert grouped.G == 32 and grouped.gemm == (4, 4 * 9, 32 * 28 * 28)
+    with pytest.raises(ProblemError, match="not a shape field: op"):
+        grouped.view(op="conv2d_fwd")
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(C=130, G=4), "C=130 is not divisible by G=4"),
     (dict(K=30, G=4, C=128), "K=30 is not divisible by G=4"),

@@ -105,6 +105,14 @@ def generate_configs(op: str) -> list[dict[str, Any]]:
     return out
 
 
+def split_slices(k_tiles: int, requested: int, groups: int) -> tuple[int, int]:
+    """(slices, k-tiles a slice) of a reduction of `k_tiles` asked in `requested` slices, at
+    most the k-tiles and the grid z's limit over the groups; every slice non-empty."""
+    wanted = max(1, min(requested, k_tiles, GRID_Z_LIMIT // groups))
+    per = _cdiv(k_tiles, wanted)
+    return _cdiv(k_tiles, per), per
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -145,10 +153,8 @@ class IGemmConv(KernelFamily):
 
     def splits(self, instance: Instance, p: ConvProblem) -> tuple[int, int]:
         """(slices, k-tiles per slice) of backward-weight's reduction; every slice non-empty."""
-        k_tiles = _cdiv(p.gemm[2], instance.settings["block_k"])
-        wanted = max(1, min(self.requested_splits(instance, p), k_tiles, GRID_Z_LIMIT // p.G))
-        per = _cdiv(k_tiles, wanted)
-        return _cdiv(k_tiles, per), per
+        return split_slices(_cdiv(p.gemm[2], instance.settings["block_k"]),
+                            self.requested_splits(instance, p), p.G)
 
     def tiles(self, instance: Instance, p: ConvProblem) -> int:
         """Block tiles of the largest grid-z slice (grid x)."""

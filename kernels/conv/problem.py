@@ -19,6 +19,8 @@ CONV_FIELDS = ("N", "C", "K", "G", "H", "W", "R", "S",
 CONV_DEFAULTS = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
 _LOWEST = tuple(0 if f.startswith("pad") else 1 for f in CONV_FIELDS)
 _DEFAULTED = tuple((f, CONV_DEFAULTS.get(f)) for f in CONV_FIELDS)
+_RECORD_FIELDS = ("op", *CONV_FIELDS, "dtype", "layout")  # the dataclass's fields, in order
+_record_of = attrgetter(*_RECORD_FIELDS)
 shape_of = attrgetter(*CONV_FIELDS)  # a problem's shape fields as a tuple, in CONV_FIELDS order
 
 
@@ -85,6 +87,17 @@ class ConvProblem(Problem):
         if {*map(type, given)} == {int} and not fields.get("layout"):  # the common case
             return cls(op, *given, dtype=dtype)
         return super().from_fields(op, dtype, fields)  # type: ignore[return-value]
+
+    def view(self, **changes: int) -> ConvProblem:
+        """This problem with some shape fields changed, not checked again: a family's view of
+        a checked problem (its super-groups as groups, say), asked on every rule key's call,
+        where dataclasses.replace would run every check again."""
+        unknown = set(changes) - set(CONV_FIELDS)
+        if unknown:
+            raise ProblemError(f"not a shape field: {', '.join(sorted(unknown))}")
+        made = object.__new__(type(self))
+        made.__dict__.update(zip(_RECORD_FIELDS, _record_of(self)), **changes)
+        return made
 
     # Derived sizes (computed once: a frozen record's fields never change) ------------------
     @cached_property

@@ -111,16 +111,35 @@ def _wgmma_planes_key(family: Any, instances: Sequence[Instance], operator: str)
 
 def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
                 rule: Callable[[Any, int], Hashable]) -> RuleKey:
-    """conv_wgmma's key, and rule(shape, slices) for one instance per tile, split_k and
-    occupancy (the instances whose slices are the same)."""
-    from kernels.conv.wgmma import blocks_per_sm
+    """conv_wgmma's key, and rule(shape, slices) for each class of instances whose slices are
+    the same on every shape: a split_k asked for (its slices of block_k's k-tiles), or for
+    split_k 0 (the resident blocks over the tiles) the tile and the resident blocks."""
+    from kernels.conv.igemm import split_slices
+    from kernels.conv.wgmma import blocks_per_sm, filling_splits
 
-    classes: dict[tuple[int, ...], Instance] = {}
+    asked: set[tuple[int, int]] = set()
+    filling: dict[tuple[int, ...], Instance] = {}
     for i in instances:
         c = i.settings
-        classes.setdefault((c["block_m"], c["block_n"], c["split_k"], blocks_per_sm(c)), i)
-    base, reps = _gemm_key(family, instances, operator), list(classes.values())
-    return lambda p: (base(p), tuple(rule(p, family.splits(i, p)[0]) for i in reps))
+        if c["split_k"]:
+            asked.add((c["block_k"], c["split_k"]))
+        else:
+            filling.setdefault((c["block_k"], SM_COUNT * blocks_per_sm(c), c["block_m"],
+                                c["block_n"]), i)
+    base, tiles = _gemm_key(family, instances, operator), family.tiles
+
+    asked_in_order = sorted(asked)
+
+    def key(p: Any) -> Hashable:
+        reduction, groups = p.gemm[2], p.G
+        slices = [split_slices(-(-reduction // bk), split, groups)[0]
+                  for bk, split in asked_in_order]
+        slices += [split_slices(-(-reduction // bk), filling_splits(
+            resident, tiles(i, p), groups), groups)[0]
+            for (bk, resident, _, _), i in filling.items()]
+        ruled = {s: rule(p, s) for s in set(slices)}
+        return base(p), tuple(ruled[s] for s in slices)
+    return key
 
 
 def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: str) -> Any:
@@ -294,3 +313,8 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_wgmma_planes": _wgmma_planes_key,
     "conv_wgmma_blockdiag_weight": _wgmma_blockdiag_weight_key,
 }
+
+# families keyed together with another's: one key, computed once a shape, for the instances of
+# both, where the other's key reads all that theirs would (conv_wgmma_planes' slices and planes
+# hold conv_wgmma_red's slices)
+SHARED = {"conv_wgmma_red": "conv_wgmma_planes"}

@@ -88,6 +88,12 @@ def blocks_per_sm(config: dict[str, Any]) -> int:
                       by_regs))
 
 
+def filling_splits(resident: int, tiles: int, groups: int) -> int:
+    """The slices that fill the GPU (split_k 0): at most as many blocks as it holds at once
+    (`resident`), over the tiles of every group."""
+    return max(1, resident // (tiles * groups))
+
+
 class WgmmaConv(IGemmConv):
     name = "conv_wgmma"
     short = "wgmma"
@@ -193,7 +199,7 @@ class WgmmaConv(IGemmConv):
         c = instance.settings
         if c.get("split_k") != 0:
             return super().requested_splits(instance, p)
-        return max(1, SM_COUNT * blocks_per_sm(c) // (self.tiles(instance, p) * p.G))
+        return filling_splits(SM_COUNT * blocks_per_sm(c), self.tiles(instance, p), p.G)
 
     def workspace_bytes(self, instance: Instance, problem: ConvProblem) -> int:
         """Split backward-weight: the fp32 sums of dw and, with fused_reduce, an int counter per

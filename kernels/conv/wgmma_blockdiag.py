@@ -74,7 +74,7 @@ def padded(p: ConvProblem) -> ConvProblem:
     if not per:
         return p
     count = -(-p.G // per)
-    return replace(p, G=count, C=count * padded_width(p), K=count * per * p.k_per_group)
+    return p.view(G=count, C=count * padded_width(p), K=count * per * p.k_per_group)
 
 
 def padded_params(p: ConvProblem) -> ConvParams:

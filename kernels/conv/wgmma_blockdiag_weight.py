@@ -13,7 +13,6 @@ slice included (the planes are the only way to dw here). sm_90a only."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from kernels.conv.problem import ConvProblem
@@ -49,7 +48,7 @@ def supergroups(p: ConvProblem) -> ConvProblem:
     """The shape as G / per groups of per C/G input channels (per K/G outputs each); a shape
     without super-groups is its own (the base's methods call this family's with the view)."""
     per = weight_groups_per_super(p)
-    return replace(p, G=p.G // per) if per else p
+    return p.view(G=p.G // per) if per else p
 
 
 class WgmmaBlockdiagWeightConv(WgmmaPlanesConv):
