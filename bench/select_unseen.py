@@ -6,9 +6,10 @@ with every family) as farm.select.judge does: every problem whose geometry the j
 any batch size) held out of training, the model's four best candidates on each of the judge's
 problems scored against the fastest instance measured there. Reported per operator and per
 class of shape (the operator's shape_class): mean, P10 and min efficiency of the first choice,
-top-1, top-2 and top-4 efficiency, the count under 0.70, the first choices' speed over the vendor library
-(cuDNN for convolutions) where the judge measured it, the problems whose fastest instance is of
-a family the training recordings never measured, the first choices the judge did not measure
+top-1, top-2 and top-4 efficiency, the count under 0.70, the first choices' speed over the
+vendor library (cuDNN for convolutions) where the judge measured it, the problems whose fastest
+instance is of a family the training recordings never measured, the first choices the judge
+did not measure
 (farm.select.judge.Figures), and the worst choices. `farm train --judge-recording` stores the
 same figures with a model.
 

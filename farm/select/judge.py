@@ -7,9 +7,10 @@ best candidates on each of the judge's problems, and each choice is scored again
 instance of the farm's families the judge measured ok there (judged_choices). The figures
 (Figures, per class of shape by the operator's shape_class): mean, P10 and min efficiency of
 the first choice, top-1 (the first choice is the fastest), top-2 and top-4 efficiency (the
-fastest of the model's best two or four, for a runtime that measures them once), the count under 0.70, the first choices' speed over the vendor library where the judge
-measured it (geometric mean), and the problems whose fastest instance is of a family the
-training data never measured. A choice the judge did not measure ok is counted apart
+fastest of the model's best two or four, for a runtime that measures them once), the count
+under 0.70, the first choices' speed over the vendor library where the judge measured it
+(geometric mean), and the problems whose fastest instance is of a family the training data
+never measured. A choice the judge did not measure ok is counted apart
 (first_not_measured) and scored at the other where that one was measured, else left out of
 the figures (`scored` counts those kept).
 """
@@ -129,8 +130,8 @@ class Figures:
 def judged_choices(model: TrainedModel, judge: Judge, trained: set[str]) -> pd.DataFrame:
     """One row per judged problem (one with an ok time of the farm's families; columns
     COLUMNS): the model's first choice, the fastest instance and its family, the efficiency of
-    the first choice and of the fastest of the two and of the four best, and the vendor's time over the chosen
-    one. `trained`: the families of the training data."""
+    the first choice and of the fastest of the two and of the four best, and the vendor's time
+    over the chosen one. `trained`: the families of the training data."""
     selector = Selector(bundle_files(model), "lightgbm")
     spec = operator_spec(model.operator)
     ok = judge.ok
@@ -192,5 +193,5 @@ def line(stored: dict) -> str:
     top4 = f" top4-eff {four:.3f}" if four is not None else ""
     return (f"{stored['problems']} problems: mean {stored['mean']:.3f} P10 {stored['p10']:.3f} "
             f"min {stored['min']:.3f} | top1 {stored['top1']:.3f} top2-eff "
-            f"{stored['top_k']['2']:.3f}{top4} | under {UNDER:.2f}: {stored['under_0_70']} | over the "
-            "vendor " + (f"x{vendor:.3f}" if vendor is not None else "n/a"))
+            f"{stored['top_k']['2']:.3f}{top4} | under {UNDER:.2f}: {stored['under_0_70']} | "
+            "over the vendor " + (f"x{vendor:.3f}" if vendor is not None else "n/a"))
