@@ -270,3 +270,19 @@ def test_tiles_of_192_rows_make_whole_waves_where_128_does_not():
                if i.settings["split_k"] == 1 and FAMILY.applicable(i, p) is None}
     assert FAMILY.tiles(unsplit[192, 64], p) == 132 and FAMILY.tiles(unsplit[128, 128], p) == 98
     assert FAMILY.grid(unsplit[192, 64], p)[0] == 132
+
+
+def test_one_slice_is_whether_the_fewest_waves_come_to_one_slice():
+    """The rule keys' one_slice answers as slices(...) == 1 does, on every kind of grid."""
+    import random
+
+    from kernels.conv.wgmma_im2col import one_slice
+
+    draw = random.Random(5)
+    answers = set()
+    for _ in range(20000):
+        case = (draw.randint(1, 5000), draw.choice([132, 264, 396, 528]), draw.randint(1, 400),
+                draw.choice([1, 2, 7, 100, 65535]))
+        answers.add(one_slice(*case))
+        assert one_slice(*case) == (slices(*case) == 1), case
+    assert answers == {True, False}

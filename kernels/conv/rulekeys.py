@@ -62,36 +62,34 @@ def _wgmma_split_key(family: Any, instances: Sequence[Instance], operator: str) 
 
 
 def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
-    """conv_wgmma_im2col: whether the im2col copies serve the shape, conv_wgmma's key, and for
-    the split instances per tile and occupancy whether the slices that make the fewest waves
-    come to one (the rule that leaves the shape to the unsplit ones)."""
+    """conv_wgmma_im2col: whether the im2col copies serve the shape (none of its instances
+    does where they do not), conv_wgmma's key of its whole-reduction instances and of its split
+    ones, and for the split ones per tile and occupancy whether the slices that make the fewest
+    waves come to one (the rule that leaves the shape to the unsplit ones). One key for both
+    kinds: the copies' rule is read once a shape."""
     from kernels.conv.igemm import GRID_Z_LIMIT
     from kernels.conv.wgmma import blocks_per_sm
-    from kernels.conv.wgmma_im2col import im2col_refusal, slices
+    from kernels.conv.wgmma_im2col import im2col_refusal, one_slice
     from kernels.conv.wgmma_split import reduction_k_tiles
 
     whole = [i for i in instances if i.settings["split_k"]]
     split = [i for i in instances if not i.settings["split_k"]]
     classes = sorted({(i.settings["block_m"], i.settings["block_n"],
                        SM_COUNT * blocks_per_sm(i.settings)) for i in split})
+    bases = [_gemm_key(family, chosen, operator) for chosen in (whole, split) if chosen]
     rows_of = family.gemm_rows
-    keys = []
-    for chosen in (whole, split):
-        if not chosen:
-            continue
-        base = _gemm_key(family, chosen, operator)
 
-        def key(p: Any, base: Callable[[Any], Hashable] = base,
-                splitting: bool = chosen is split) -> Hashable:
-            out = (im2col_refusal(p) is None, base(p))
-            if not splitting or not out[0]:
-                return out
-            z, k_tiles, rows, n = family.unsplit_z(p), reduction_k_tiles(p), rows_of(p), p.gemm[1]
-            return out + (tuple(
-                slices(z * -(-rows // bm) * -(-n // bn), resident, k_tiles, GRID_Z_LIMIT // z) == 1
-                for bm, bn, resident in classes),)
-        keys.append((chosen, key))
-    return keys
+    def key(p: Any) -> Hashable:
+        if im2col_refusal(p) is not None:
+            return None
+        out = tuple(base(p) for base in bases)
+        if not classes:
+            return out
+        z, k_tiles, rows, n = family.unsplit_z(p), reduction_k_tiles(p), rows_of(p), p.gemm[1]
+        return out + tuple(
+            one_slice(z * -(-rows // bm) * -(-n // bn), resident, k_tiles, GRID_Z_LIMIT // z)
+            for bm, bn, resident in classes)
+    return key
 
 
 def _wgmma_red_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
@@ -142,9 +140,10 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
     return key
 
 
-def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: str) -> Any:
+def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: str
+                         ) -> RuleKey:
     """conv_wgmma_blockdiag: whether the shape has super-groups of whole groups, then
-    conv_wgmma_im2col's keys of the shape as padded super-groups, and for w's tiles copied
+    conv_wgmma_im2col's key of the shape as padded super-groups, and for w's tiles copied
     straight (fused_filter) whether a super-group holds more than one group, whether w's rows
     of C/G channels are 16-byte runs and each tile width is whole boxes of K/G rows of 8-row
     multiples."""
@@ -157,11 +156,8 @@ def _wgmma_blockdiag_key(family: Any, instances: Sequence[Instance], operator: s
         return (groups_per_super(p) > 1, p.c_per_group % 8 == 0,
                 tuple(kg % 8 == 0 and bn % kg == 0 for bn in widths))
 
-    def wrapped(base: RuleKey) -> RuleKey:
-        return lambda p: None if padded_refusal(p) else (base(padded(p)), boxes(p))
-
-    return [(chosen, wrapped(base))
-            for chosen, base in _wgmma_im2col_key(family, instances, operator)]
+    base = _wgmma_im2col_key(family, instances, operator)
+    return lambda p: None if padded_refusal(p) else (base(padded(p)), boxes(p))
 
 
 def _wgmma_blockdiag_weight_key(family: Any, instances: Sequence[Instance],

@@ -44,9 +44,22 @@ def slices(blocks: int, resident: int, k_tiles: int, most: int) -> int:
     slice's k-tiles and BLOCK_K_TILES more, a split SLICE_COST dearer; each slice at least
     MIN_SLICE_K_TILES long, at most `most` (the grid's z) and MAX_SLICES."""
     top = max(1, min(MAX_SLICES, most, k_tiles // MIN_SLICE_K_TILES))
-    return min(range(1, top + 1), key=lambda s: (
-        -(-blocks * s // resident) * (-(-k_tiles // s) + BLOCK_K_TILES)
-        * (1 + SLICE_COST * (s > 1)), s))
+    return min(range(1, top + 1), key=lambda s: (_slice_time(blocks, resident, k_tiles, s), s))
+
+
+def one_slice(blocks: int, resident: int, k_tiles: int, most: int) -> bool:
+    """Whether slices(...) is 1 (no split runs in less time; a tie goes to one slice), stopping
+    at the first split that does: the rule keys ask this of every shape."""
+    top = max(1, min(MAX_SLICES, most, k_tiles // MIN_SLICE_K_TILES))
+    unsplit = _slice_time(blocks, resident, k_tiles, 1)
+    return all(_slice_time(blocks, resident, k_tiles, s) >= unsplit for s in range(2, top + 1))
+
+
+def _slice_time(blocks: int, resident: int, k_tiles: int, s: int) -> float:
+    """slices' time of `s` slices: waves of a slice's k-tiles and BLOCK_K_TILES more, a split
+    SLICE_COST dearer."""
+    return (-(-blocks * s // resident) * (-(-k_tiles // s) + BLOCK_K_TILES)
+            * (1 + SLICE_COST * (s > 1)))
 
 
 def image_map(name: str, channels: int, width: int, height: int, images: int, rows: int,
