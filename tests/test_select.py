@@ -741,7 +741,7 @@ def test_a_problem_is_compared_on_one_gpu_model():
     assert one_gpu_per_problem(single, ["C"]) is single
 
 
-def test_a_judge_scores_the_models_two_best_on_its_own_times(fwd):
+def test_a_judge_scores_the_models_best_on_its_own_times(fwd):
     """farm.select.judge on problems of the held-out split, their rows as a judge's: each
     first choice scored against the judge's fastest time (a slower choice, a lower score; a
     choice the judge did not measure, its second), the vendor's time over the chosen one, the
@@ -769,6 +769,7 @@ def test_a_judge_scores_the_models_two_best_on_its_own_times(fwd):
     assert len(judged) == 6 and not judged["first_unmeasured"].any()
     assert ((judged["efficiency"] > 0) & (judged["efficiency"] <= 1)).all()
     assert (judged["top2"] >= judged["efficiency"]).all()
+    assert (judged["top4"] >= judged["top2"]).all() and (judged["top4"] <= 1).all()
     assert judged["over_vendor"].to_numpy() == pytest.approx(2 * judged["efficiency"])
     assert "vendor" not in set(judged["choice"]) | set(judged["oracle"])
     chosen = ok["problem_key"].map(dict(zip(judged["problem"], judged["choice"])))
@@ -794,7 +795,8 @@ def test_a_judge_scores_the_models_two_best_on_its_own_times(fwd):
     assert found.oracle_family_untrained == (gone["oracle_family"] != "conv_naive").sum()
     stored = evaluation(judge, judged)
     assert (stored["recording"], stored["gpu"]) == ("judge.parquet", "GPU")
-    assert stored["pooled"]["top_k"] == {"2": figures(judged)[0].top2}
-    assert "top2" not in stored["pooled"] and stored["pooled"]["over_vendor_geomean"] == \
+    pooled = figures(judged)[0]
+    assert stored["pooled"]["top_k"] == {"2": pooled.top2, "4": pooled.top4}
+    assert "top2" not in stored["pooled"] and "top4" not in stored["pooled"] and stored["pooled"]["over_vendor_geomean"] == \
         pytest.approx(float(np.exp(np.log(2 * judged["efficiency"]).mean())))
     assert Figures.of(judged.iloc[0:0]) == Figures(0, 0)
