@@ -10,6 +10,8 @@ import os
 import platform
 import shlex
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from time import time_ns
 
@@ -64,33 +66,30 @@ def recording_parser(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
-class ScratchDatabases:
-    """Fresh databases for a benchmark's runs, by kind: `sqlite` (a new file in `folder` each
-    time) and `postgresql` (a new database on `pg_url`'s server where given, else on a private
-    server started from this machine's PostgreSQL binaries; left out, with a line saying so,
-    where there are none). A context manager: the private server stops on exit."""
-
-    def __init__(self, kinds: list[str], folder: Path, pg_url: str | None = None) -> None:
-        self.kinds, self.folder, self.pg_url, self.server = kinds, Path(folder), pg_url, None
-        self.make: dict = {}
-
-    def __enter__(self) -> dict:
-        if "sqlite" in self.kinds:
-            self.make["sqlite"] = lambda: f"sqlite:///{self.folder}/{time_ns()}.db"
-        if "postgresql" in self.kinds:
-            if self.pg_url:
-                self.make["postgresql"] = lambda: self.pg_url
-            else:
-                try:
-                    from tests.pg_server import PgServer
-                    self.server = PgServer()
-                    self.server.start()
-                    self.make["postgresql"] = self.server.create_database
-                except (ImportError, RuntimeError, OSError) as exc:
-                    print(f"no PostgreSQL: {exc}")
-                    self.server = None
-        return self.make
-
-    def __exit__(self, *exc) -> None:
-        if self.server is not None:
-            self.server.stop()
+@contextmanager
+def scratch_databases(kinds: list[str], folder: Path, pg_url: str | None = None
+                      ) -> Iterator[dict[str, Callable[[], str]]]:
+    """Makers of fresh databases for a benchmark's runs, by kind: `sqlite` (a new file in
+    `folder` each time) and `postgresql` (a new database on `pg_url`'s server where given, else
+    on a private server started from this machine's PostgreSQL binaries, stopped on exit; left
+    out, with a line saying so, where there are none)."""
+    make: dict[str, Callable[[], str]] = {}
+    if "sqlite" in kinds:
+        make["sqlite"] = lambda: f"sqlite:///{folder}/{time_ns()}.db"
+    server = None
+    if "postgresql" in kinds and pg_url:
+        make["postgresql"] = lambda: pg_url
+    elif "postgresql" in kinds:
+        try:
+            from tests.pg_server import PgServer
+            server = PgServer()
+            server.start()
+            make["postgresql"] = server.create_database
+        except (ImportError, RuntimeError, OSError) as exc:
+            print(f"no PostgreSQL: {exc}")
+            server = None
+    try:
+        yield make
+    finally:
+        if server is not None:
+            server.stop()

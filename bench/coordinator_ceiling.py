@@ -24,7 +24,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.common import RESULTS, ScratchDatabases, write_result
+from bench.common import RESULTS, scratch_databases, write_result
 from bench.trees import code_trees, run_in_tree
 from farm.recording import RECORDINGS_DIR
 
@@ -100,7 +100,7 @@ def main() -> None:
         raise SystemExit(f"no recording {recording} to replay")
     runs = []
     with tempfile.TemporaryDirectory() as tmp, \
-            ScratchDatabases(args.databases.split(","), Path(tmp), args.pg_url) as databases, \
+            scratch_databases(args.databases.split(","), Path(tmp), args.pg_url) as databases, \
             code_trees(args.baseline, Path(tmp)) as trees:
         for name, make_url in databases.items():
             for actors in (int(a) for a in args.actors.split(",")):

@@ -20,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.common import ScratchDatabases, cpu_name, write_result
+from bench.common import cpu_name, scratch_databases, write_result
 from bench.trees import code_trees, run_in_tree
 
 # Runs in a fresh interpreter with the code tree under test first on sys.path; it uses only
@@ -62,7 +62,7 @@ def main() -> None:
     paths = [str(p.resolve()) for p in args.recording]
     runs = []
     with tempfile.TemporaryDirectory() as tmp, \
-            ScratchDatabases(args.databases.split(","), Path(tmp), args.pg_url) as databases, \
+            scratch_databases(args.databases.split(","), Path(tmp), args.pg_url) as databases, \
             code_trees(args.baseline, Path(tmp)) as trees:
         for name, make_url in databases.items():
             for _ in range(args.repeats):

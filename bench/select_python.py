@@ -2,8 +2,8 @@
 (the whole farm at that revision: its rules, their keys, the Selector), one shape per call on
 one core.
 
-For each bundle (a `farm models export` folder): the same shapes (the operator's generated
-shapes of --seed, then its networks' layers) asked of a fresh Selector once each in order (first
+For each bundle (a `farm models export` folder): the same shapes (the first --shapes of the
+operator's generated shapes of --seed, then its networks' layers) asked of a fresh Selector once each in order (first
 sight: every rule key's mask computed for the first time), then in --rounds rounds, this tree
 and the baseline alternating, each in a fresh interpreter; the median over rounds of each p50
 and p99 (microseconds per `select`), and how many choices match this checkout's.
@@ -91,7 +91,7 @@ def main() -> None:
                 entry[code]["commit"] = trees[code][1]
                 entry[code]["same_choices"] = sum(a == b for a, b in zip(found[0]["picks"], mine))
             figures["bundles"][bundle.name] = entry
-            print(bundle.name, {k: v for k, v in entry.items()}, flush=True)
+            print(bundle.name, entry, flush=True)
     write_cpu_result(args.name, "the Python Selector on saved bundles, one shape per call",
                      figures, args.out)
 

@@ -114,8 +114,8 @@ def merge_recordings(sources: list[str | Path], out: Path, note: str = "") -> Me
         raise RecordingError(f"recordings of different environments cannot be merged: {found}")
     frame = pd.concat([r.frame[list(COLUMNS)] for r in recordings], ignore_index=True)
     last = ~frame.duplicated(["kernel_key", "problem_key"], keep="last")
-    jobs = [{**job, "id": number, "recording": r.path.name}
-            for number, (r, job) in enumerate(((r, j) for r in recordings for j in r.jobs), 1)]
+    pairs = [(r, job) for r in recordings for job in r.jobs]
+    jobs = [{**job, "id": n, "recording": r.path.name} for n, (r, job) in enumerate(pairs, 1)]
     notes = [r.note for r in recordings if r.note]
     path = write_recording(frame[last].reset_index(drop=True), recordings[0].environment, jobs,
                            out, note=note or "; ".join(dict.fromkeys(notes)),

@@ -147,7 +147,8 @@ def judged_choices(model: TrainedModel, judge: Judge, trained: set[str]) -> pd.D
         picks = selector.top(problem, 4)
         found = [times.get((key, name)) for name in picks]
         fastest = float(best.loc[key, "median_us"])
-        measured, four = ([t for t in found[:k] if t is not None] for k in (2, 4))
+        measured = [t for t in found[:2] if t is not None]
+        four = [t for t in found if t is not None]
         first = found[0]
         scored = first if first is not None else (min(measured) if measured else None)
         out.append({"problem": key, "class": spec.shape_class(problem), "choice": picks[0],

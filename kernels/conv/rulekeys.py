@@ -124,14 +124,11 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
         else:
             filling.setdefault((c["block_k"], SM_COUNT * blocks_per_sm(c), c["block_m"],
                                 c["block_n"]), i)
-    base, tiles = _gemm_key(family, instances, operator), family.tiles
-
-    asked_in_order = sorted(asked)
+    base, tiles, in_order = _gemm_key(family, instances, operator), family.tiles, sorted(asked)
 
     def key(p: Any) -> Hashable:
         reduction, groups = p.gemm[2], p.G
-        slices = [split_slices(-(-reduction // bk), split, groups)[0]
-                  for bk, split in asked_in_order]
+        slices = [split_slices(-(-reduction // bk), split, groups)[0] for bk, split in in_order]
         slices += [split_slices(-(-reduction // bk), filling_splits(
             resident, tiles(i, p), groups), groups)[0]
             for (bk, resident, _, _), i in filling.items()]
