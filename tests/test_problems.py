@@ -36,6 +36,9 @@ def test_a_view_is_the_problem_with_its_changes_and_its_own_derived_sizes():
         dataclasses.replace(grouped, G=8))
     assert view.gemm == (16, 16 * 9, 32 * 28 * 28) and (view.P, view.Q) == (28, 28)
     assert grouped.G == 32 and grouped.gemm == (4, 4 * 9, 32 * 28 * 28)
+    strided = grouped.view(stride_h=2, H=27)  # the sizes it changes are computed again
+    assert (strided.P, strided.Q) == (14, 28) and strided.gemm == (4, 4 * 9, 32 * 14 * 28)
+    assert strided == dataclasses.replace(grouped, stride_h=2, H=27)
     with pytest.raises(ProblemError, match="not a shape field: op"):
         grouped.view(op="conv2d_fwd")
 

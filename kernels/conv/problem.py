@@ -19,9 +19,9 @@ CONV_FIELDS = ("N", "C", "K", "G", "H", "W", "R", "S",
 CONV_DEFAULTS = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
 _LOWEST = tuple(0 if f.startswith("pad") else 1 for f in CONV_FIELDS)
 _DEFAULTED = tuple((f, CONV_DEFAULTS.get(f)) for f in CONV_FIELDS)
-_RECORD_FIELDS = ("op", *CONV_FIELDS, "dtype", "layout")  # the dataclass's fields, in order
-_record_of = attrgetter(*_RECORD_FIELDS)
 shape_of = attrgetter(*CONV_FIELDS)  # a problem's shape fields as a tuple, in CONV_FIELDS order
+_FIELD_SET = frozenset(CONV_FIELDS)
+_SPATIAL = _FIELD_SET - {"N", "C", "K", "G"}  # the fields P and Q read
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,15 @@ class ConvProblem(Problem):
         """This problem with some shape fields changed, not checked again: a family's view of
         a checked problem (its super-groups as groups, say), asked on every rule key's call,
         where dataclasses.replace would run every check again."""
-        unknown = set(changes) - set(CONV_FIELDS)
+        unknown = changes.keys() - _FIELD_SET
         if unknown:
             raise ProblemError(f"not a shape field: {', '.join(sorted(unknown))}")
+        state = self.__dict__.copy()  # the fields, and the derived sizes computed so far
+        for name in _SPATIAL_DERIVED if _SPATIAL.isdisjoint(changes) else _DERIVED:
+            state.pop(name, None)  # those the changes may alter
+        state.update(changes)
         made = object.__new__(type(self))
-        made.__dict__.update(zip(_RECORD_FIELDS, _record_of(self)), **changes)
+        made.__dict__.update(state)
         return made
 
     # Derived sizes (computed once: a frozen record's fields never change) ------------------
@@ -169,3 +173,9 @@ class ConvProblem(Problem):
         if (s.dil_h, s.dil_w) != (1, 1):
             text += f" d{s.dil_h}x{s.dil_w}"
         return text
+
+
+# ConvProblem's derived sizes (cached on first use): a view drops those its changes may alter,
+# all but P and Q where no field they read changes
+_DERIVED = tuple(n for n, v in vars(ConvProblem).items() if isinstance(v, cached_property))
+_SPATIAL_DERIVED = tuple(n for n in _DERIVED if n not in ("P", "Q"))

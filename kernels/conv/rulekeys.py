@@ -112,26 +112,27 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
     """conv_wgmma's key, and rule(shape, slices) for each class of instances whose slices are
     the same on every shape: a split_k asked for (its slices of block_k's k-tiles), or for
     split_k 0 (the resident blocks over the tiles) the tile and the resident blocks."""
-    from kernels.conv.igemm import split_slices
+    from kernels.conv.igemm import IGemmConv, split_slices
     from kernels.conv.wgmma import blocks_per_sm, filling_splits
 
+    assert type(family).tiles is IGemmConv.tiles  # the tiles below are its arithmetic
     asked: set[tuple[int, int]] = set()
-    filling: dict[tuple[int, ...], Instance] = {}
+    filling: set[tuple[int, int, int, int]] = set()
     for i in instances:
         c = i.settings
         if c["split_k"]:
             asked.add((c["block_k"], c["split_k"]))
         else:
-            filling.setdefault((c["block_k"], SM_COUNT * blocks_per_sm(c), c["block_m"],
-                                c["block_n"]), i)
-    base, tiles, in_order = _gemm_key(family, instances, operator), family.tiles, sorted(asked)
+            filling.add((c["block_k"], SM_COUNT * blocks_per_sm(c), c["block_m"], c["block_n"]))
+    base, rows_of = _gemm_key(family, instances, operator), family.gemm_rows
+    in_order, fills = sorted(asked), sorted(filling)
 
     def key(p: Any) -> Hashable:
-        reduction, groups = p.gemm[2], p.G
+        reduction, groups, rows, n = p.gemm[2], p.G, rows_of(p), p.gemm[1]
         slices = [split_slices(-(-reduction // bk), split, groups)[0] for bk, split in in_order]
         slices += [split_slices(-(-reduction // bk), filling_splits(
-            resident, tiles(i, p), groups), groups)[0]
-            for (bk, resident, _, _), i in filling.items()]
+            resident, -(-rows // bm) * -(-n // bn), groups), groups)[0]
+            for bk, resident, bm, bn in fills]
         ruled = {s: rule(p, s) for s in set(slices)}
         return base(p), tuple(ruled[s] for s in slices)
     return key

@@ -21,6 +21,7 @@ sm_90a only."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from kernels.conv.params import ConvParams, conv_params
@@ -38,8 +39,12 @@ def groups_per_super(p: ConvProblem) -> int:
     channels fit one k-tile of 64 with their channels and their outputs whole 16-byte runs (8
     channels); above, one group of whole runs; else 0 (64 channels a group or a multiple of
     64 are conv_wgmma_im2col's own)."""
-    cg, kg = p.c_per_group, p.k_per_group
-    if p.G == 1 or cg % SUPER == 0:
+    return 0 if p.G == 1 else _groups_per_super(p.c_per_group, p.k_per_group)
+
+
+@lru_cache(maxsize=1 << 12)
+def _groups_per_super(cg: int, kg: int) -> int:
+    if cg % SUPER == 0:
         return 0
     if cg > SUPER:
         return 1 if cg % 8 == 0 and kg % 8 == 0 else 0

@@ -13,6 +13,7 @@ slice included (the planes are the only way to dw here). sm_90a only."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from kernels.conv.problem import ConvProblem
@@ -27,10 +28,15 @@ def weight_groups_per_super(p: ConvProblem) -> int:
     """The groups a backward-weight super-group holds: the most, at least 2, that divide G
     (conv_wgmma's loads keep to a group's channels: no super-group may run past C), whose
     channels fit 64 as whole 8-channel runs; or 0."""
-    cg = p.c_per_group
-    if p.G == 1 or cg >= SUPER:
+    return _weight_groups_per_super(p.G, p.c_per_group)
+
+
+@lru_cache(maxsize=1 << 12)
+def _weight_groups_per_super(groups: int, cg: int) -> int:
+    if groups == 1 or cg >= SUPER:
         return 0
-    return next((n for n in range(SUPER // cg, 1, -1) if p.G % n == 0 and n * cg % 8 == 0), 0)
+    return next((n for n in range(SUPER // cg, 1, -1) if groups % n == 0 and n * cg % 8 == 0),
+                0)
 
 
 def blockdiag_refusal(p: ConvProblem) -> str | None:
