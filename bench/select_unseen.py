@@ -8,10 +8,12 @@ problems scored against the fastest instance measured there. Reported per operat
 class of shape (the operator's shape_class): mean, P10 and min efficiency of the first choice,
 top-1, top-2 and top-4 efficiency, the count under 0.70, the first choices' speed over the
 vendor library (cuDNN for convolutions) where the judge measured it, the problems whose fastest
-instance is of a family the training recordings never measured, the first choices the judge
-did not measure
-(farm.select.judge.Figures), and the worst choices. `farm train --judge-recording` stores the
-same figures with a model.
+instance is of a family the training recordings never measured, the first choices the judge did
+not measure (farm.select.judge.Figures), and the worst choices. Beside them, the model's
+efficiency on its validation problems (drawn from the training sets: no tree fits them, they
+only stop the boosting and pick the model's kind), the figure to choose a change to the recipe
+by; the judge's must not choose it. `farm train --judge-recording` stores the same figures with
+a model.
 
 Usage: python -m bench.select_unseen --train jobs/recordings/h200/h200-grouped.parquet
            jobs/recordings/h200/h200-stages.parquet
@@ -28,6 +30,7 @@ from pathlib import Path
 from bench.common import write_result
 from bench.select_eval import recorded_datasets
 from farm.select.catalogue import no_resources
+from farm.select.evaluate import Efficiency
 from farm.select.judge import Judge, JudgeError, figures, line, open_judge, train_judged
 
 
@@ -60,6 +63,7 @@ def main() -> None:
                       "held_out_of_training": int(data.part("holdout")["problem"].nunique()),
                       "candidates": len(model.catalogue), "kind": model.kind,
                       "train_seconds": round(model.metrics["training_seconds"], 1),
+                      "validation": model.metrics["validation"],
                       "families_trained": sorted(set(data.frame["family"])),
                       "all": asdict(pooled),
                       "classes": {c: asdict(f) for c, f in classes.items()},
@@ -69,6 +73,8 @@ def main() -> None:
             print(f"{op}: {line(pooled.record())}; oracle of an untrained family on "
                   f"{pooled.oracle_family_untrained}, first choice unmeasured on "
                   f"{pooled.first_not_measured}", flush=True)
+            print(f"   the training sets' validation problems: "
+                  f"{Efficiency(**model.metrics['validation']).line()}", flush=True)
             for c, f in classes.items():
                 print(f"   {c}: {line(f.record())}", flush=True)
     device = {"name": "CPU (selection); judged by the recording of "
