@@ -10,7 +10,7 @@ from farm.specs import SpecError, load_spec
 from kernels import registry
 from kernels.family import KernelFamily
 
-EXAMPLES = sorted(Path("jobs/examples").glob("*.yaml"))
+SHIPPED = sorted([*Path("jobs/examples").glob("*.yaml"), *Path("jobs/training").glob("*.yaml")])
 ROW = dict(N=1, C=8, K=8, G=1, H=8, W=8, R=3, S=3, pad_h=1, pad_w=1)
 
 
@@ -43,8 +43,8 @@ def base(**change):
             "problems": [{"inline": [ROW]}], **change}
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_example_specs_are_valid(path):
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_specs_are_valid(path):
     resolved = load_spec(path)
     assert resolved.problems
     assert len(set(resolved.problems)) == len(resolved.problems)
