@@ -31,9 +31,12 @@ def test_a_view_is_the_problem_with_its_changes_and_its_own_derived_sizes():
 
     grouped = ConvProblem(op="conv2d_bwd_weight", **{**RESNET_3X3, "G": 32})
     assert grouped.gemm == (4, 4 * 9, 32 * 28 * 28)  # cached on the original
+    assert grouped.key and grouped.number_values()  # so are these
     view = grouped.view(G=8)
     assert view == dataclasses.replace(grouped, G=8) and hash(view) == hash(
         dataclasses.replace(grouped, G=8))
+    assert view.key == dataclasses.replace(grouped, G=8).key != grouped.key
+    assert view.number_values() == dataclasses.replace(grouped, G=8).number_values()
     assert view.gemm == (16, 16 * 9, 32 * 28 * 28) and (view.P, view.Q) == (28, 28)
     assert grouped.G == 32 and grouped.gemm == (4, 4 * 9, 32 * 28 * 28)
     strided = grouped.view(stride_h=2, H=27)  # the sizes it changes are computed again

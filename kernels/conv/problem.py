@@ -96,7 +96,7 @@ class ConvProblem(Problem):
         if unknown:
             raise ProblemError(f"not a shape field: {', '.join(sorted(unknown))}")
         state = self.__dict__.copy()  # the fields, and the derived sizes computed so far
-        for name in _SPATIAL_DERIVED if _SPATIAL.isdisjoint(changes) else _DERIVED:
+        for name in _DERIVED_BUT_PQ if _SPATIAL.isdisjoint(changes) else _DERIVED:
             state.pop(name, None)  # those the changes may alter
         state.update(changes)
         made = object.__new__(type(self))
@@ -175,7 +175,8 @@ class ConvProblem(Problem):
         return text
 
 
-# ConvProblem's derived sizes (cached on first use): a view drops those its changes may alter,
-# all but P and Q where no field they read changes
-_DERIVED = tuple(n for n, v in vars(ConvProblem).items() if isinstance(v, cached_property))
-_SPATIAL_DERIVED = tuple(n for n in _DERIVED if n not in ("P", "Q"))
+# The values a ConvProblem caches on first use (its own and its bases': sizes, key, ...): a view
+# drops those its changes may alter, all but P and Q where no field they read changes
+_DERIVED = tuple(n for cls in ConvProblem.__mro__ for n, v in vars(cls).items()
+                 if isinstance(v, cached_property))
+_DERIVED_BUT_PQ = tuple(n for n in _DERIVED if n not in ("P", "Q"))
