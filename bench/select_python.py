@@ -3,10 +3,11 @@
 one core.
 
 For each bundle (a `farm models export` folder): the same shapes (the first --shapes of the
-operator's generated shapes of --seed, then its networks' layers) asked of a fresh Selector once each in order (first
-sight: every rule key's mask computed for the first time), then in --rounds rounds, this tree
-and the baseline alternating, each in a fresh interpreter; the median over rounds of each p50
-and p99 (microseconds per `select`), and how many choices match this checkout's.
+operator's generated shapes of --seed, then its networks' layers) asked of a fresh Selector once
+each in order (first sight: every rule key's mask computed for the first time), then in --rounds
+rounds, this tree and the baseline alternating, each in a fresh interpreter; the median over
+rounds of each p50 and p99 (microseconds per `select`), and how many choices match this
+checkout's.
 
 Usage: python -m bench.select_python --bundle DIR [DIR ...] [--baseline REV] [--shapes 1000]
            [--rounds 3] [--core 1] [--name N] [--out DIR]

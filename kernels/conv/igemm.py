@@ -117,6 +117,11 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def block_tiles(rows: int, columns: int, block_m: int, block_n: int) -> int:
+    """The block_m x block_n tiles over a GEMM slice of `rows` x `columns`."""
+    return _cdiv(rows, block_m) * _cdiv(columns, block_n)
+
+
 class IGemmConv(KernelFamily):
     name = "conv_igemm"
     short = "igemm"
@@ -159,7 +164,7 @@ class IGemmConv(KernelFamily):
     def tiles(self, instance: Instance, p: ConvProblem) -> int:
         """Block tiles of the largest grid-z slice (grid x)."""
         c = instance.settings
-        return _cdiv(self.gemm_rows(p), c["block_m"]) * _cdiv(p.gemm[1], c["block_n"])
+        return block_tiles(self.gemm_rows(p), p.gemm[1], c["block_m"], c["block_n"])
 
     def grid(self, instance: Instance, p: ConvProblem) -> tuple[int, int, int]:
         return self.tiles(instance, p), 1, self.grid_z(instance, p)

@@ -41,7 +41,7 @@ def _wgmma_split_key(family: Any, instances: Sequence[Instance], operator: str) 
     """conv_wgmma_split: conv_wgmma's key, and per tile and occupancy whether the resident
     blocks over the unsplit grid come to one slice (the rule that leaves the shape to
     conv_wgmma)."""
-    from kernels.conv.igemm import GRID_Z_LIMIT
+    from kernels.conv.igemm import GRID_Z_LIMIT, block_tiles
     from kernels.conv.wgmma import blocks_per_sm
     from kernels.conv.wgmma_split import reduction_k_tiles
 
@@ -56,7 +56,7 @@ def _wgmma_split_key(family: Any, instances: Sequence[Instance], operator: str) 
         if out[0] or out[1] or out[2] or GRID_Z_LIMIT // z <= 1 or reduction_k_tiles(p) < 4:
             return out + (None,)  # refused by conv_wgmma's rules, or one slice for every tile
         rows, n = rows_of(p), p.gemm[1]
-        return out + (tuple(resident < 2 * z * -(-rows // bm) * -(-n // bn)
+        return out + (tuple(resident < 2 * z * block_tiles(rows, n, bm, bn)
                             for bm, bn, resident in classes),)
     return key
 
@@ -67,7 +67,7 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
     ones, and for the split ones per tile and occupancy whether the slices that make the fewest
     waves come to one (the rule that leaves the shape to the unsplit ones). One key for both
     kinds: the copies' rule is read once a shape."""
-    from kernels.conv.igemm import GRID_Z_LIMIT
+    from kernels.conv.igemm import GRID_Z_LIMIT, block_tiles
     from kernels.conv.wgmma import blocks_per_sm
     from kernels.conv.wgmma_im2col import im2col_refusal, one_slice
     from kernels.conv.wgmma_split import reduction_k_tiles
@@ -87,7 +87,7 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
             return out
         z, k_tiles, rows, n = family.unsplit_z(p), reduction_k_tiles(p), rows_of(p), p.gemm[1]
         return out + tuple(
-            one_slice(z * -(-rows // bm) * -(-n // bn), resident, k_tiles, GRID_Z_LIMIT // z)
+            one_slice(z * block_tiles(rows, n, bm, bn), resident, k_tiles, GRID_Z_LIMIT // z)
             for bm, bn, resident in classes)
     return key
 
@@ -112,10 +112,10 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
     """conv_wgmma's key, and rule(shape, slices) for each class of instances whose slices are
     the same on every shape: a split_k asked for (its slices of block_k's k-tiles), or for
     split_k 0 (the resident blocks over the tiles) the tile and the resident blocks."""
-    from kernels.conv.igemm import IGemmConv, split_slices
+    from kernels.conv.igemm import IGemmConv, block_tiles, split_slices
     from kernels.conv.wgmma import blocks_per_sm, filling_splits
 
-    assert type(family).tiles is IGemmConv.tiles  # the tiles below are its arithmetic
+    assert type(family).tiles is IGemmConv.tiles  # the tiles below are its block_tiles
     asked: set[tuple[int, int]] = set()
     filling: set[tuple[int, int, int, int]] = set()
     for i in instances:
@@ -131,7 +131,7 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
         reduction, groups, rows, n = p.gemm[2], p.G, rows_of(p), p.gemm[1]
         slices = [split_slices(-(-reduction // bk), split, groups)[0] for bk, split in in_order]
         slices += [split_slices(-(-reduction // bk), filling_splits(
-            resident, -(-rows // bm) * -(-n // bn), groups), groups)[0]
+            resident, block_tiles(rows, n, bm, bn), groups), groups)[0]
             for bk, resident, bm, bn in fills]
         ruled = {s: rule(p, s) for s in set(slices)}
         return base(p), tuple(ruled[s] for s in slices)
