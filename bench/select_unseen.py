@@ -18,13 +18,14 @@ a model.
 Usage: python -m bench.select_unseen --train jobs/recordings/h200/h200-grouped.parquet
            jobs/recordings/h200/h200-stages.parquet
            --judge jobs/recordings/h200/h200-networks.parquet [--ops conv2d_fwd ...] [--name N]
+           [--set rounds=200 learning_rate=0.1]
 """
 
 from __future__ import annotations
 
 import argparse
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from bench.common import write_result
@@ -32,6 +33,7 @@ from bench.select_eval import recorded_datasets
 from farm.select.catalogue import no_resources
 from farm.select.evaluate import Efficiency
 from farm.select.judge import Judge, JudgeError, figures, line, open_judge, train_judged
+from farm.select.train import TrainConfig
 
 
 def main() -> None:
@@ -44,19 +46,23 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--name", default="select_unseen")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="TrainConfig fields other than the defaults (rounds=200 ...)")
     args = parser.parse_args()
+    config = train_config(args.set)
     try:
         judge = open_judge(args.judge)
         judges = [Judge.of(judge, op, args.dtype, args.arch) for op in args.ops]
     except JudgeError as exc:
         raise SystemExit(str(exc)) from None
     figures_out = {"train": [str(p) for p in args.train], "judge": str(args.judge),
+                   "config": asdict(config),
                    "judge_gpu": judge.environment.get("gpu_name"), "operators": {}}
     with tempfile.TemporaryDirectory() as tmp:
         datasets = recorded_datasets(args.train, args.ops, args.arch, args.dtype, no_resources,
                                      Path(tmp))
         for op, data, judged in zip(args.ops, datasets, judges):
-            data, model, rows = train_judged(data, judged)
+            data, model, rows = train_judged(data, judged, config)
             pooled, classes = figures(rows)
             result = {"training_problems": int(data.part("train")["problem"].nunique()),
                       "validation_problems": int(data.part("validation")["problem"].nunique()),
@@ -80,6 +86,31 @@ def main() -> None:
     device = {"name": "CPU (selection); judged by the recording of "
                       f"{figures_out['judge_gpu']}"}
     print(f"wrote {write_result(args.name, device, figures_out, args.out)}")
+
+
+def train_config(settings: list[str]) -> TrainConfig:
+    """TrainConfig's defaults with FIELD=VALUE settings: a number, true or false, a list (a,b)
+    or a word."""
+    changes: dict[str, object] = {}
+    for setting in settings:
+        name, _, text = setting.partition("=")
+        if name not in {f.name for f in fields(TrainConfig)} or not text:
+            raise SystemExit(f"--set {setting}: not FIELD=VALUE of a TrainConfig field")
+        changes[name] = setting_value(text)
+    return replace(TrainConfig(), **changes)
+
+
+def setting_value(text: str) -> object:
+    if "," in text:
+        return tuple(setting_value(t) for t in text.split(",") if t)
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 if __name__ == "__main__":

@@ -701,7 +701,7 @@ def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, 
     spec = operator_spec("conv2d_fwd")
     assert TrainConfig().for_operator("conv2d_bwd_data") == TrainConfig(
         rounds=BOOSTING["rounds"], learning_rate=BOOSTING["learning_rate"], hybrid_rounds=40,
-        num_leaves=BOOSTING["num_leaves"], kinds=("ranker",), **CANDIDATES)
+        num_leaves=spec.training["num_leaves"], kinds=("ranker",), **CANDIDATES)
     assert TrainConfig().for_operator("groupnorm_bwd").kinds == KINDS  # the operator sets none
     assert TrainConfig(kinds=("hybrid",)).for_operator("conv2d_fwd").kinds == ("hybrid",)
     monkeypatch.setattr(spec, "training", {"rounds": 7, "learning_rate": 0.5, "covers": 3})
