@@ -101,6 +101,20 @@ def test_cli_train_judges_the_model_on_the_recordings_layers_and_stores_it(farm)
     assert set(found["classes"]) == set(classes)
 
 
+def test_select_unseen_takes_train_config_settings():
+    """--set FIELD=VALUE: TrainConfig's defaults with each field given its value's type; a name
+    that is not a field, or no value, is refused by name."""
+    from bench.select_unseen import train_config
+
+    config = train_config(["num_leaves=63", "learning_rate=0.1", "kinds=ranker,",
+                           "learn_close=false", "candidates=union"])
+    assert (config.num_leaves, config.learning_rate, config.kinds, config.learn_close,
+            config.candidates, config.rounds) == (63, 0.1, ("ranker",), False, "union", None)
+    for bad in ("leaves=63", "num_leaves="):
+        with pytest.raises(SystemExit, match=bad):
+            train_config([bad])
+
+
 def relabelled(farm, name, environment=None, **columns):
     """The judging recording with some columns or its environment changed."""
     recording = read_recording(farm.judge)
