@@ -44,6 +44,11 @@ def test_config_space():
         assert all(c["ch"] == 64 and c["tile_w"] % c["cols"] == 0 and list(c)[-1] == "cols"
                    and c["tile_h"] // c["rows"] * c["cols"] <= 8 for c in blocked)
     assert {c["stride"] for c in generate_configs("conv2d_bwd_data")} == {1}
+    # 4 channels a thread of a 3x3 filter: forward at stride 2 only, never backward-weight
+    narrow = {(c["fr"], c["stride"]) for op in ("conv2d_fwd", "conv2d_bwd_data")
+              for c in generate_configs(op) if c["vec"] != {3: 8, 5: 4, 7: 2}[c["fr"]]}
+    assert narrow == {(3, 2)}
+    assert all(c["vec"] == 8 for c in WEIGHT_FAMILY.configs("conv2d_bwd_weight") if c["fr"] == 3)
     assert {c["stride"] for c in generate_configs("conv2d_fwd")} == {1, 2}
     assert FAMILY.instances("conv2d_fwd", "fp32") == []
     assert FAMILY.instances("conv2d_bwd_weight", "bf16") == []
@@ -139,8 +144,8 @@ def test_code_objects_compile_for_sm_90a():
     for op in ("conv2d_fwd", "conv2d_bwd_data"):
         for inst in FAMILY.instances(op, "bf16"):
             c = inst.settings
-            picked.setdefault((op, c["ch"], c["fr"], c["tile_h"] * c["tile_w"], c["stride"],
-                               register_cap(c), c["rows"], c.get("cols", 1)), inst)
+            picked.setdefault((op, c["ch"], c["vec"], c["fr"], c["tile_h"] * c["tile_w"],
+                               c["stride"], register_cap(c), c["rows"], c.get("cols", 1)), inst)
     failures = compile_failures(FAMILY, picked.values(), lambda inst: inst.operator,
                                 lambda inst: register_cap(inst.settings) == 255)
     assert not failures, "\n".join(failures[:20])

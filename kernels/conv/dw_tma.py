@@ -6,11 +6,11 @@ a thread owns `vec` channels of one output column (or of `cols` adjacent ones, s
 input reads) in one of `rows` bands of the tile's rows and walks the band's input rows once,
 writing each output row as soon as its last input row is in.
 Compiled per filter size (`fr`, R == S: 3, 5 or 7, with `vec` 8, 4 or 2 so that the taps fit in
-registers) and stride (both directions; backward-data stride 1 only); `ch` 16 or 32 for narrow
-layers, where 64 would leave most of a block idle. bf16 and fp16, C a multiple of 8 (the tensor
-map's row pitch). `occ` blocks share a multiprocessor: the launch bounds hold the registers to
-255, 168 or 128 a thread so that they fit, and the persistent grid launches no more than are
-resident."""
+registers; 3x3 at stride 2 with 4 too) and stride (both directions; backward-data stride 1 only);
+`ch` 16 or 32 for narrow layers, where 64 would leave most of a block idle. bf16 and fp16, C a
+multiple of 8 (the tensor map's row pitch). `occ` blocks share a multiprocessor: the launch bounds
+hold the registers to 255, 168 or 128 a thread so that they fit, and the persistent grid launches
+no more than are resident."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ OPERATORS = ("conv2d_fwd", "conv2d_bwd_data")
 OP_CODES = {"conv2d_fwd": 0, "conv2d_bwd_data": 1}
 CHANNEL_BLOCKS = (64, 32, 16)
 VECTORS = {3: 8, 5: 4, 7: 2}  # channels a thread, by filter size: FR * FR * vec taps in registers
+# 3x3 filters at stride 2 also with 4 channels a thread: half the taps' registers, twice the
+# threads a pixel (a stride-2 output reads twice the input columns of a stride-1 one)
+NARROW_STRIDE2 = (3, 4, 2)
 BLOCK_THREADS = (256, 128, 64)
 STRIDES = {"conv2d_fwd": (1, 2), "conv2d_bwd_data": (1,)}
 SMEM_OPT_IN = 227 * 1024
@@ -68,41 +71,43 @@ def tiles(ch: int, vec: int) -> list[tuple[int, int]]:
 
 
 def generate_configs(op: str) -> list[dict[str, Any]]:
-    """Every channel block, tile, filter and stride with 2, 3 and 4 stages, and the blocks a
-    multiprocessor (occ) that hold the registers to 255, 168 and 128 a thread (128: tiles of at
-    most 8 rows in one band, bands of 2 rows; the others spill), where that many blocks' shared
-    memory fits. A tile's rows in one band a thread, or (2 stages) in 2 or 4 bands of at least 2
-    rows, at most MAX_BANDED_THREADS a block: for small maps, whose few items leave each thread a
-    long chain. Then the same with 2 or 4 output columns a thread (`cols`, COLUMN_BLOCKS) where
-    the block has 64 channels (one pixel's row of the box a quarter-warp's reads: columns apart
-    cost no bank conflicts), each band whole warps, at most 8 rows x columns a thread (255
-    registers, or 168 for 3x3 filters)."""
+    """Every channel block, tile, filter and stride (and NARROW_STRIDE2) with 2, 3 and 4 stages, and
+    the blocks a multiprocessor (occ) that hold the registers to 255, 168 and 128 a thread
+    (128: tiles of at most 8 rows in one band, bands of 2 rows; the others spill), where that
+    many blocks' shared memory fits. A tile's rows in one band a thread, or (2 stages) in 2 or
+    4 bands of at least 2 rows, at most MAX_BANDED_THREADS a block: for small maps, whose few
+    items leave each thread a long chain. Then the same with 2 or 4 output columns a thread
+    (`cols`, COLUMN_BLOCKS) where the block has 64 channels (one pixel's row of the box a
+    quarter-warp's reads: columns apart cost no bank conflicts), each band whole warps, at most
+    8 rows x columns a thread (255 registers, or 168 for 3x3 filters)."""
     out = []
-    for fr, vec in VECTORS.items():
-        for stride in STRIDES[op]:
-            for ch in CHANNEL_BLOCKS:
-                for (th, tw), rows, cols in itertools.product(tiles(ch, vec), BANDS,
-                                                              (1, *COLUMN_BLOCKS)):
-                    base = {"ch": ch, "vec": vec, "tile_h": th, "tile_w": tw, "fr": fr,
-                            "stride": stride}
-                    band = threads({**base, "cols": cols})  # a band's threads
-                    if rows > 1 and (th % rows or th // rows < 2
-                                     or band * rows > MAX_BANDED_THREADS):
-                        continue
-                    if cols > 1 and (ch != 64 or tw % cols or band % 32
-                                     or th // rows * cols > 8):
-                        continue
-                    if cols > 1:  # (NVRTC: 5x5 and 7x7 taps spill at 168)
-                        caps = REGISTER_CAPS[:2] if fr == 3 else REGISTER_CAPS[:1]
-                    else:
-                        caps = REGISTER_CAPS if th // rows <= (8 if rows == 1 else 2) \
-                            else REGISTER_CAPS[:2]
-                    occs = sorted({SM_REGISTERS // (band * rows * cap) for cap in caps})
-                    columns = {"cols": cols} if cols > 1 else {}  # last: the names before it
-                    for stages, occ in itertools.product((2, 3, 4) if rows == 1 else (2,), occs):
-                        config = {**base, "stages": stages, "occ": occ, "rows": rows, **columns}
-                        if occ and occ * (shared_bytes(config) + 1024) <= SM_SHARED:
-                            out.append(config)
+    cases = [(fr, vec, stride) for fr, vec in VECTORS.items() for stride in STRIDES[op]]
+    if NARROW_STRIDE2[2] in STRIDES[op]:
+        cases.append(NARROW_STRIDE2)
+    for fr, vec, stride in cases:
+        for ch in CHANNEL_BLOCKS:
+            for (th, tw), rows, cols in itertools.product(tiles(ch, vec), BANDS,
+                                                          (1, *COLUMN_BLOCKS)):
+                base = {"ch": ch, "vec": vec, "tile_h": th, "tile_w": tw, "fr": fr,
+                        "stride": stride}
+                band = threads({**base, "cols": cols})  # a band's threads
+                if rows > 1 and (th % rows or th // rows < 2
+                                 or band * rows > MAX_BANDED_THREADS):
+                    continue
+                if cols > 1 and (ch != 64 or tw % cols or band % 32
+                                 or th // rows * cols > 8):
+                    continue
+                if cols > 1:  # (NVRTC: 5x5 and 7x7 taps spill at 168)
+                    caps = REGISTER_CAPS[:2] if fr == 3 else REGISTER_CAPS[:1]
+                else:
+                    caps = REGISTER_CAPS if th // rows <= (8 if rows == 1 else 2) \
+                        else REGISTER_CAPS[:2]
+                occs = sorted({SM_REGISTERS // (band * rows * cap) for cap in caps})
+                columns = {"cols": cols} if cols > 1 else {}  # last: the names before it
+                for stages, occ in itertools.product((2, 3, 4) if rows == 1 else (2,), occs):
+                    config = {**base, "stages": stages, "occ": occ, "rows": rows, **columns}
+                    if occ and occ * (shared_bytes(config) + 1024) <= SM_SHARED:
+                        out.append(config)
     return out
 
 
@@ -237,7 +242,7 @@ def generate_weight_configs() -> list[dict[str, Any]]:
     shared memory must fit."""
     out, tiles_seen = [], set()
     for c in generate_configs("conv2d_fwd"):
-        if c.pop("rows") > 1 or c["tile_h"] > 8 or "cols" in c:
+        if c.pop("rows") > 1 or c["tile_h"] > 8 or "cols" in c or c["vec"] != VECTORS[c["fr"]]:
             continue
         tile = tuple((k, v) for k, v in c.items() if k not in ("occ", "stages"))
         if tile in tiles_seen:
