@@ -266,7 +266,8 @@ def test_bench_select_eval_runs_on_synthetic_data(fwd, tmp_path, monkeypatch, ca
     assert "SYNTHETIC data (not measured)" in text and "C and Python agree on 60/60" in text
     figures = json.loads((tmp_path / "select_eval.json").read_text())["figures"]
     config = figures["operators"]["conv2d_fwd"]["default_holdout"]["config"]
-    assert (config["num_leaves"], config["seed"], config["rounds"]) == (7, 3, 100)
+    rounds = TrainConfig().for_operator("conv2d_fwd").rounds  # the operator's
+    assert (config["num_leaves"], config["seed"], config["rounds"]) == (7, 3, rounds)
 
 
 def test_bench_select_eval_holds_out_a_recordings_shapes(fwd, tmp_path, capsys):
@@ -700,8 +701,9 @@ def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, 
 
     spec = operator_spec("conv2d_fwd")
     assert TrainConfig().for_operator("conv2d_bwd_data") == TrainConfig(
-        rounds=BOOSTING["rounds"], learning_rate=BOOSTING["learning_rate"], hybrid_rounds=40,
-        num_leaves=spec.training["num_leaves"], kinds=("ranker",), **CANDIDATES)
+        rounds=spec.training["rounds"], learning_rate=BOOSTING["learning_rate"],
+        hybrid_rounds=round(0.4 * spec.training["rounds"]), num_leaves=spec.training["num_leaves"],
+        kinds=("ranker",), **CANDIDATES)
     assert TrainConfig().for_operator("groupnorm_bwd").kinds == KINDS  # the operator sets none
     assert TrainConfig(kinds=("hybrid",)).for_operator("conv2d_fwd").kinds == ("hybrid",)
     monkeypatch.setattr(spec, "training", {"rounds": 7, "learning_rate": 0.5, "covers": 3})
