@@ -696,13 +696,14 @@ def test_cli_train_takes_the_operators_boosting_settings_unless_given(tmp_path, 
     left unset come from the operator's OperatorSpec.training, else farm.select.train.BOOSTING
     and CANDIDATES; an option given wins."""
     from farm.select.export import read_bundle
-    from farm.select.train import BOOSTING, CANDIDATES, TrainConfig
+    from farm.select.train import BOOSTING, CANDIDATES, HYBRID_SHARE, TrainConfig
     from kernels.registry import operator_spec
 
     spec = operator_spec("conv2d_fwd")
+    rounds = spec.training["rounds"]
     assert TrainConfig().for_operator("conv2d_bwd_data") == TrainConfig(
-        rounds=spec.training["rounds"], learning_rate=BOOSTING["learning_rate"],
-        hybrid_rounds=round(0.4 * spec.training["rounds"]), num_leaves=spec.training["num_leaves"],
+        rounds=rounds, learning_rate=BOOSTING["learning_rate"],
+        hybrid_rounds=round(HYBRID_SHARE * rounds), num_leaves=spec.training["num_leaves"],
         kinds=("ranker",), **CANDIDATES)
     assert TrainConfig().for_operator("groupnorm_bwd").kinds == KINDS  # the operator sets none
     assert TrainConfig(kinds=("hybrid",)).for_operator("conv2d_fwd").kinds == ("hybrid",)
