@@ -414,8 +414,8 @@ def test_leaf_masks_exit_where_lightgbm_does(fwd):
 
 
 def test_c_export_of_trees_with_more_leaves_than_a_mask(fwd):
-    """Trees over 64 leaves are written as branches, the others as masks: still LightGBM's
-    costs bit for bit."""
+    """Trees over 64 leaves are written as branches, the others as masks (of 33 to 64 leaves,
+    and of 16): still LightGBM's costs bit for bit."""
     import lightgbm as lgb
 
     from farm.select.export import MODEL
@@ -426,11 +426,13 @@ def test_c_export_of_trees_with_more_leaves_than_a_mask(fwd):
     data = lgb.Dataset(x, np.log(frame["median_us"].to_numpy()), free_raw_data=False)
     params = {"objective": "regression", "min_data_in_leaf": 2, "verbose": -1, "seed": 0}
     big = lgb.train({**params, "num_leaves": 100}, data, num_boost_round=2)
-    both = lgb.train({**params, "num_leaves": 16}, data, num_boost_round=2, init_model=big)
+    wide = lgb.train({**params, "num_leaves": 56}, data, num_boost_round=3, init_model=big)
+    both = lgb.train({**params, "num_leaves": 16}, data, num_boost_round=2, init_model=wide)
     files = {**fwd.files, MODEL: both.model_to_string()}
     files[C_FILE] = c_files(files)[C_FILE]
     sizes = [len(t.leaves) for t in parse_trees(files[MODEL])]
     assert max(sizes) > MAX_LEAVES >= min(sizes)
+    assert any(32 < size <= MAX_LEAVES for size in sizes)
     fast, slow = Selector(files, "c"), Selector(files, "lightgbm")
     for p in problems("conv2d_fwd", 100, seed=12):
         np.testing.assert_array_equal(fast.costs(p), slow.costs(p))

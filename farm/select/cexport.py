@@ -13,8 +13,7 @@ from the catalogue), without branches, in loops that the compiler vectorises, GR
 pass (a block; a split whose leaves the instance columns have cleared for every candidate is
 left out). On x86-64 with GCC or clang each block also has an AVX-512 copy, run where the
 processor has AVX-512F and CD (wide*(): the distinct comparisons once per vector of classes,
-masked ANDs, the exit leaves of eight candidates found and added as vectors; trees of at most
-32 leaves). Leaves are added tree by tree in the model's order, so the costs are LightGBM's raw
+masked ANDs, the exit leaves of eight candidates found and added as vectors). Leaves are added tree by tree in the model's order, so the costs are LightGBM's raw
 scores bit for bit. A tree with more leaves than a mask holds is written as nested if/else code.
 The caller supplies applicability (`allowed`, one byte per candidate, NULL for all): its
 kernels' launch rules live with the dispatcher, as the descriptors' do in Python. `costs`
@@ -188,11 +187,22 @@ def _masked_tree(tree: LeafMasks, cols: _Columns, count: int, j: int
     return shape, _all_of(keeps) if keeps else None, fixed, tested
 
 
+def _leaves16(leaves: str, j: int) -> str:
+    """The values of the leaves (16 from `leaves`) at the exit indices e[j] (bits 0 to 3)."""
+    return (f"_mm512_permutex2var_pd(_mm512_load_pd({leaves}), e[{j}], "
+            f"_mm512_load_pd({leaves} + 8))")
+
+
+def _leaves32(leaves: str, j: int) -> str:
+    """The same for 32 leaves (bit 4 picks the half)."""
+    return (f"_mm512_mask_blend_pd(_mm512_test_epi64_mask(e[{j}], sixteen), "
+            f"{_leaves16(leaves, j)}, {_leaves16(f'{leaves} + 16', j)})")
+
+
 def _wide_block(number: int, offsets: Sequence[int], tested: Sequence[Sequence[Split]],
                 sizes: Sequence[int], cols: _Columns) -> str:
     """wide{number}(): block{number}() as AVX-512 code (x86-64, GCC or clang), the same masks
-    and sums, for trees of at most 32 leaves (`sizes`; each tree's 32 leaves from `offsets` in
-    LEAVES). Per vector of classes, each distinct comparison once and, where a test fails,
+    and sums (each tree's `sizes` leaves, at most 64, from `offsets` in LEAVES). Per vector of classes, each distinct comparison once and, where a test fails,
     its keep-mask ANDed in under the lane mask (thresholds and keep-masks read from tables:
     OPAQUE keeps them out of immediates and in the loop, each a broadcast operand); the trees'
     class masks transposed so that a class's are contiguous. Per vector of candidates, each
@@ -239,16 +249,15 @@ def _wide_block(number: int, offsets: Sequence[int], tested: Sequence[Sequence[S
         sums.append("    transpose8(e);")
         for j in range(min(left, 8)):
             leaves, size = f"LEAVES + {offsets[g + j]}", sizes[g + j]
-            half = (f"_mm512_permutex2var_pd(_mm512_load_pd({leaves}), e[{j}], "
-                    f"_mm512_load_pd({leaves} + 8))")
             if size <= 8:
                 value = f"_mm512_permutexvar_pd(e[{j}], _mm512_load_pd({leaves}))"
             elif size <= 16:
-                value = half
+                value = _leaves16(leaves, j)
+            elif size <= 32:
+                value = _leaves32(leaves, j)
             else:
-                value = (f"_mm512_mask_blend_pd(_mm512_test_epi64_mask(e[{j}], sixteen), {half}, "
-                         f"_mm512_permutex2var_pd(_mm512_load_pd({leaves} + 16), e[{j}], "
-                         f"_mm512_load_pd({leaves} + 24)))")
+                value = (f"_mm512_mask_blend_pd(_mm512_test_epi64_mask(e[{j}], thirtytwo), "
+                         f"{_leaves32(leaves, j)}, {_leaves32(f'{leaves} + 32', j)})")
             sums.append(f"    t = _mm512_add_pd(t, {value});")
     thresholds = [key[1] for key in compares]
     return "\n".join([
@@ -261,9 +270,10 @@ def _wide_block(number: int, offsets: Sequence[int], tested: Sequence[Sequence[S
         "    const int *restrict idx, const int *restrict pos, int live, int classes, "
         "double *restrict part) {",
         f"  uint64_t T[NP][{width}] __attribute__((aligned(64)));",
-        "  const __m512i sixteen = _mm512_set1_epi64(16), top = _mm512_set1_epi64(63);",
+        "  const __m512i sixteen = _mm512_set1_epi64(16), thirtytwo = _mm512_set1_epi64(32);",
+        "  const __m512i top = _mm512_set1_epi64(63);",
         f"  __m512i a[{width}], e[LANES], m;", "  const int n = PADDED(classes);", "  int b, i;",
-        "  (void)sixteen;",
+        "  (void)sixteen;", "  (void)thirtytwo;",
         "  for (b = 0; b < n; b += LANES) {", f"    const double *th = TH{number};",
         f"    const uint64_t *kp = KP{number};", "    OPAQUE(th);", "    OPAQUE(kp);", *body, "  }",
         "  for (i = 0; i < live; i += LANES) {", "    __m512d t = _mm512_loadu_pd(part + i);",
@@ -450,7 +460,7 @@ class _Forest:
         offsets = [self.offset[k] for k in trees]
         call = "(X, s, idx, pos, live, classes, part);"
         sizes = [len(masks.leaves) for _, masks, _, _, _ in self.group]
-        if any(tests) and max(sizes) <= 32:  # and an AVX-512 copy, run where it can
+        if any(tests):  # and an AVX-512 copy, run where it can
             self.functions.append(_wide_block(number, offsets, tested, sizes, self.cols))
             self.lines += ["#ifdef WIDE_TESTS", f"  if (wide) wide{number}{call} else", "#endif"]
             self.wide = True
