@@ -18,7 +18,7 @@ a model.
 Usage: python -m bench.select_unseen --train jobs/recordings/h200/h200-grouped.parquet
            jobs/recordings/h200/h200-stages.parquet
            --judge jobs/recordings/h200/h200-networks.parquet [--ops conv2d_fwd ...] [--name N]
-           [--set rounds=200 learning_rate=0.1]
+           [--set rounds=200 learning_rate=0.1] [--cascade TREES KEEP ...]
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from bench.common import write_result
 from bench.select_eval import recorded_datasets
 from farm.select.catalogue import no_resources
 from farm.select.evaluate import Efficiency
-from farm.select.judge import Judge, JudgeError, figures, line, open_judge, train_judged
+from farm.select.judge import (Figures, Judge, JudgeError, figures, judged_choices, line,
+                               open_judge, train_judged)
 from farm.select.train import TrainConfig
 
 
@@ -46,6 +47,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--name", default="select_unseen")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--cascade", type=int, nargs=2, action="append", default=[],
+                        metavar=("TREES", "KEEP"),
+                        help="also judge the choices of the C export generated with this "
+                             "cascade (repeatable)")
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                         help="TrainConfig fields other than the defaults (rounds=200 ...)")
     args = parser.parse_args()
@@ -75,6 +80,11 @@ def main() -> None:
                       "classes": {c: asdict(f) for c, f in classes.items()},
                       "worst": rows.sort_values("efficiency").head(8)
                       .drop(columns=["first_unmeasured"]).to_dict("records")}
+            for trees, keep in args.cascade:  # the same model's choices through a cascade
+                cut = judged_choices(model, judged, set(data.frame["family"]), (trees, keep))
+                result.setdefault("cascades", {})[f"{trees}/{keep}"] = {
+                    "all": asdict(figures(cut)[0]),
+                    "same_choices": int((cut["choice"] == rows["choice"]).sum())}
             figures_out["operators"][op] = result
             print(f"{op}: {line(pooled.record())}; oracle of an untrained family on "
                   f"{pooled.oracle_family_untrained}, first choice unmeasured on "
@@ -83,6 +93,9 @@ def main() -> None:
                   f"{Efficiency(**model.metrics['validation']).line()}", flush=True)
             for c, f in classes.items():
                 print(f"   {c}: {line(f.record())}", flush=True)
+            for name, cut in result.get("cascades", {}).items():
+                print(f"   cascade {name}: {line(Figures(**cut['all']).record())}; the same "
+                      f"choice on {cut['same_choices']} of {len(rows)}", flush=True)
     device = {"name": "CPU (selection); judged by the recording of "
                       f"{figures_out['judge_gpu']}"}
     print(f"wrote {write_result(args.name, device, figures_out, args.out)}")

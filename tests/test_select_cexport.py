@@ -224,3 +224,19 @@ def test_cascade_sums_the_rest_for_the_best_after_the_first_trees(fwd, tmp_path)
                 if k == 1:
                     assert cut.best(p, allowed) == (want[0] if want else -1), p.label()
     assert changed > 0  # keeping 3 after 8 trees does change some choices
+
+
+def test_the_selectors_cascade_chooses_as_the_cascaded_export(fwd, tmp_path):
+    """Selector.cascade_top (LightGBM's partial sums, the rules' applicability) answers as the
+    C export generated with the same cascade ranks the applicable candidates."""
+    s, slow = fwd.selector, fwd.slow
+    keep = 3
+    cut = Export(s, fwd.files[MODEL], tmp_path, cascade=(GROUP, keep))
+    changed = 0
+    for p in problems("conv2d_fwd", 60, seed=35) + held_out(fwd):
+        allowed = s.allowed(p)
+        for k in (1, 4):
+            want = [s.names[i] for i in cut.rank(p, allowed, k)]
+            assert slow.cascade_top(p, k, GROUP, keep) == want, (p.label(), k)
+            changed += want != slow.top(p, k)
+    assert changed > 0  # the cascade is not the full order here

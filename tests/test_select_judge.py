@@ -84,7 +84,7 @@ def test_cli_train_judges_the_model_on_the_recordings_layers_and_stores_it(farm)
 
     trained = recorded(farm.folder, "train", synthetic_problems(OP, DTYPE, 60, 60))
     argv = ["select_unseen", "--train", str(trained), "--judge", str(farm.judge), "--ops", OP,
-            "--out", str(farm.folder)]
+            "--out", str(farm.folder), "--cascade", "1", "1000", "--cascade", "1", "1"]
     patch = pytest.MonkeyPatch()
     patch.setattr(sys, "argv", argv)
     try:
@@ -99,6 +99,12 @@ def test_cli_train_judges_the_model_on_the_recordings_layers_and_stores_it(farm)
     assert found["all"]["top4"] == pytest.approx(pooled["top_k"]["4"])
     assert found["all"]["mean"] == pytest.approx(pooled["mean"])
     assert set(found["classes"]) == set(classes)
+    # a cascade that keeps every candidate chooses as the model; one that keeps one at most
+    # as many times
+    every, one = found["cascades"]["1/1000"], found["cascades"]["1/1"]
+    assert every["same_choices"] == JUDGED and every["all"]["mean"] == pytest.approx(
+        found["all"]["mean"])
+    assert one["same_choices"] <= JUDGED and one["all"]["problems"] == JUDGED
 
 
 def test_select_unseen_takes_train_config_settings():

@@ -127,11 +127,13 @@ class Figures:
                 "top_k": {"2": self.top2, "4": self.top4}}
 
 
-def judged_choices(model: TrainedModel, judge: Judge, trained: set[str]) -> pd.DataFrame:
+def judged_choices(model: TrainedModel, judge: Judge, trained: set[str],
+                   cascade: tuple[int, int] | None = None) -> pd.DataFrame:
     """One row per judged problem (one with an ok time of the farm's families; columns
     COLUMNS): the model's first choice, the fastest instance and its family, the efficiency of
     the first choice and of the fastest of the two and of the four best, and the vendor's time
-    over the chosen one. `trained`: the families of the training data."""
+    over the chosen one. `trained`: the families of the training data; `cascade` (trees,
+    keep): the choices of the C export generated with that cascade (Selector.cascade_top)."""
     selector = Selector(bundle_files(model), "lightgbm")
     spec = operator_spec(model.operator)
     ok = judge.ok
@@ -144,7 +146,8 @@ def judged_choices(model: TrainedModel, judge: Judge, trained: set[str]) -> pd.D
     for key, problem in judge.problems.items():
         if key not in best.index:
             continue
-        picks = selector.top(problem, 4)
+        picks = (selector.top(problem, 4) if cascade is None
+                 else selector.cascade_top(problem, 4, *cascade))
         found = [times.get((key, name)) for name in picks]
         fastest = float(best.loc[key, "median_us"])
         measured = [t for t in found[:2] if t is not None]

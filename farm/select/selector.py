@@ -282,6 +282,32 @@ class Selector:
             return [self.names[i] for i in chosen]
         return self._ranked(problem, self._choice_costs(problem, allowed), k, allowed)
 
+    def cascade_top(self, problem: Problem, k: int, trees: int, keep: int) -> list[str]:
+        """top() as the C export generated with cascade=(trees, keep) answers it: after the
+        block of trees that reaches `trees`, only the applicable candidates whose partial cost
+        is among the max(k, keep) lowest, and the guard's head (the guard_depth lowest of
+        families that are not reference-speed), go on; those are ranked by their full costs.
+        From LightGBM's partial sums, to judge a cascade without compiling it."""
+        from farm.select.cexport import GROUP
+
+        total = self._booster.num_trees()
+        cut = min(total, -(-trees // GROUP) * GROUP)
+        values = np.array(problem.number_values(), np.float64)
+        count = len(self.catalogue)
+        shapes = {f: np.full(count, values[i]) for i, f in enumerate(self.spec.inputs)}
+        x = feature_matrix(self.spec, shapes, self._table)
+        full = cost_of(self.kind, self._booster.predict(x, raw_score=True))
+        part = cost_of(self.kind, self._booster.predict(x, raw_score=True, num_iteration=cut))
+        live = np.array(self.allowed(problem), bool)
+        kept = live.copy()
+        if cut < total and live.sum() > max(k, keep):
+            limit = np.sort(part[live])[max(k, keep) - 1]
+            plain = np.sort(part[live & ~self._reference])
+            depth = self.guard_depth
+            head = plain[depth - 1] if depth > 1 and len(plain) >= depth else -np.inf
+            kept = live & ((part <= limit) | (~self._reference & (part <= head)))
+        return self._ranked(problem, np.where(kept, full, np.inf), k)
+
     def allowed(self, problem: Problem) -> list[bool]:
         """Whether each candidate's family rules let it run `problem` (catalogue order)."""
         return [rule(problem) is None for rule in self._rules]
