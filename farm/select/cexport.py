@@ -1,8 +1,8 @@
 """The model as one dependency-free C file (C99 + libm) for a dispatcher to link.
 
 It holds the candidate catalogue (names and instance columns), the feature formulas of
-features.py translated to C expression by expression (same operations in the same order, so
-the doubles are identical; compile with -ffp-contract=off so no multiply-add is fused), and the
+features.py translated to C expression by expression (same operations in the same order, so the
+doubles are identical; compile with -ffp-contract=off so no multiply-add is fused), and the
 LightGBM trees from the text model as leaf masks (trees.py), with LightGBM's missing-value rules
 folded into each comparison. Each piece of work is done as rarely as it can be: the shape's
 sizes once per call; the splits on device constants and instance columns at generation, as one
@@ -13,18 +13,19 @@ from the catalogue), without branches, in loops that the compiler vectorises, GR
 pass (a block; a split whose leaves the instance columns have cleared for every candidate is
 left out). On x86-64 with GCC or clang each block also has an AVX-512 copy, run where the
 processor has AVX-512F and CD (wide*(): the distinct comparisons once per vector of classes,
-masked ANDs, the exit leaves of eight candidates found and added as vectors). Leaves are added tree by tree in the model's order, so the costs are LightGBM's raw
-scores bit for bit. A tree with more leaves than a mask holds is written as nested if/else code.
-The caller supplies applicability (`allowed`, one byte per candidate, NULL for all): its
-kernels' launch rules live with the dispatcher, as the descriptors' do in Python. `costs`
-evaluates every candidate; `rank` and `best` only the allowed ones, gathered into a list (padded
-to whole vectors), and apply the guard of farm.select.guard: among the model's GUARD_DEPTH best
-allowed candidates, those of no reference-speed family whose measured support holds the shape
-come first. Generated with `prune`, they also drop between blocks the candidates that the bounds
-of their remaining leaves show cannot be needed (exact, see prune(); on the models measured the
-bounds are too wide to pay for the check, so it is off by default). Generated with `cascade`
-(trees, keep), they sum the trees after the first `trees` only for the `keep` best so far (see
-cascade(): faster, not exact, off by default).
+masked ANDs, the exit leaves of eight candidates found and added as vectors). Leaves are added
+tree by tree in the model's order, so the costs are LightGBM's raw scores bit for bit. A tree
+with more leaves than a mask holds is written as nested if/else code. The caller supplies
+applicability (`allowed`, one byte per candidate, NULL for all): its kernels' launch rules live
+with the dispatcher, as the descriptors' do in Python. `costs` evaluates every candidate; `rank`
+and `best` only the allowed ones, gathered into a list (padded to whole vectors), and apply the
+guard of farm.select.guard: among the model's GUARD_DEPTH best allowed candidates, those of no
+reference-speed family whose measured support holds the shape come first. Generated with
+`prune`, they also drop between blocks the candidates that the bounds of their remaining leaves
+show cannot be needed (exact, see prune(); on the models measured the bounds are too wide to pay
+for the check, so it is off by default). Generated with `cascade` (trees, keep), they sum the
+trees after the first `trees` only for the `keep` best so far (see cascade(): faster, not exact,
+off by default).
 
     int  P_count(void);  const char *P_name(int i);
     int  P_costs(const int64_t shape[F], double *cost);   lower is better, one per candidate
@@ -201,15 +202,16 @@ def _leaves32(leaves: str, j: int) -> str:
 
 def _wide_block(number: int, offsets: Sequence[int], tested: Sequence[Sequence[Split]],
                 sizes: Sequence[int], cols: _Columns) -> str:
-    """wide{number}(): block{number}() as AVX-512 code (x86-64, GCC or clang), the same masks
-    and sums (each tree's `sizes` leaves, at most 64, from `offsets` in LEAVES). Per vector of classes, each distinct comparison once and, where a test fails,
-    its keep-mask ANDed in under the lane mask (thresholds and keep-masks read from tables:
-    OPAQUE keeps them out of immediates and in the loop, each a broadcast operand); the trees'
-    class masks transposed so that a class's are contiguous. Per vector of candidates, each
-    one's fixed masks and its class's ANDed eight trees at a time, the exit leaves found as
-    vectors (63 minus the leading zeros of the lowest bit) and transposed, so that each tree's
-    leaves are looked up (permutes of the tree's leaves) and added for eight candidates at
-    once, tree after tree."""
+    """wide{number}(): block{number}() as AVX-512 code (x86-64, GCC or clang), the same masks and
+    sums (each tree's `sizes` leaves, at most 64, from `offsets` in LEAVES). Per vector of
+    classes, each distinct comparison once and, where a test fails, its keep-mask ANDed in
+    under the lane mask (thresholds and keep-masks read from tables: OPAQUE keeps them out
+    of immediates and in the loop, each a broadcast operand); the trees' class masks
+    transposed so that a class's are contiguous. Per vector of candidates, each one's fixed
+    masks and its class's ANDed eight trees at a time, the exit leaves found as vectors (63
+    minus the leading zeros of the lowest bit) and transposed, so that each tree's leaves
+    are looked up (permutes of the tree's leaves) and added for eight candidates at once,
+    tree after tree."""
     compares: dict[tuple[int, float, bool], int] = {}
     keeps: list[int] = []
     body: list[str] = []
@@ -409,6 +411,9 @@ def _debruijn() -> list[int]:
     return table
 
 
+SQUEEZE = "classes = squeeze(X, pos, live, classes);"  # after a compaction in forest()
+
+
 class _Forest:
     """The trees as C: the functions of their blocks, the lines of forest() that run the blocks
     and the branchy trees in the model's order, the blocks' fixed masks (candidate x tree), the
@@ -477,10 +482,11 @@ class _Forest:
         self.low.append(low)
         self.high.append(high)
         if self.prune:
-            self.lines.append(f"  if (k) live = prune(idx, part, pos, live, {len(self.low)}, k);")
+            self.lines.append(f"  if (k) {{ live = prune(idx, part, pos, live, "
+                              f"{len(self.low)}, k); {SQUEEZE} }}")
         if (not self.cut and self.cascade_after is not None
                 and self.cascade_after <= self.summed < self.total):
-            self.lines.append("  if (k) live = cascade(idx, part, pos, live, k);")
+            self.lines.append(f"  if (k) {{ live = cascade(idx, part, pos, live, k); {SQUEEZE} }}")
             self.cut = True
 
     def rest(self, sign: str) -> tuple[np.ndarray, np.ndarray]:
@@ -579,6 +585,23 @@ static void offer(double *low, int k, double v) {
   if (!(v < low[j])) return;
   for (; j > 0 && low[j - 1] > v; j--) low[j] = low[j - 1];
   low[j] = v;
+}
+
+/* After compact(): the classes that the live candidates (and their padding) still use,
+   renumbered in order, their interaction columns moved down to match, so that the blocks
+   test those classes only; returns how many. */
+static int squeeze(double X[restrict NX][NP], int *pos, int live, int classes) {
+  unsigned char used[NP] = {0};
+  int map[NP], i, r, n = 0;
+  for (i = 0; i < PADDED(live); i++) used[pos[i]] = 1;
+  for (i = 0; i < classes; i++)
+    if (used[i]) {
+      if (n != i)
+        for (r = 0; r < NX; r++) X[r][n] = X[r][i];
+      map[i] = n++;
+    }
+  for (i = 0; i < PADDED(live); i++) pos[i] = map[pos[i]];
+  return n;
 }
 
 /* Keeps the `live` candidates whose keep[i] is set, in order with their sums and classes
