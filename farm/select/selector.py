@@ -212,12 +212,14 @@ class Selector:
             return self._costs_of_c(problem, allowed)
         return self._costs(problem)
 
-    def _costs_batch(self, problems: Sequence[Problem]) -> np.ndarray:
+    def _costs_batch(self, problems: Sequence[Problem], trees: int | None = None) -> np.ndarray:
+        """LightGBM's costs of every candidate for each problem (of the first `trees` trees
+        only, if given)."""
         count = len(self.catalogue)
         values = np.array([p.number_values() for p in problems], np.float64)
         shapes = {f: np.repeat(values[:, i], count) for i, f in enumerate(self.spec.inputs)}
         x = feature_matrix(self.spec, shapes, np.tile(self._table, (len(problems), 1)))
-        raw = self._booster.predict(x, raw_score=True)
+        raw = self._booster.predict(x, raw_score=True, num_iteration=trees)
         return cost_of(self.kind, raw).reshape(len(problems), count)
 
     def safe(self, problem: Problem) -> np.ndarray:
@@ -292,12 +294,7 @@ class Selector:
 
         total = self._booster.num_trees()
         cut = min(total, -(-trees // GROUP) * GROUP)
-        values = np.array(problem.number_values(), np.float64)
-        count = len(self.catalogue)
-        shapes = {f: np.full(count, values[i]) for i, f in enumerate(self.spec.inputs)}
-        x = feature_matrix(self.spec, shapes, self._table)
-        full = cost_of(self.kind, self._booster.predict(x, raw_score=True))
-        part = cost_of(self.kind, self._booster.predict(x, raw_score=True, num_iteration=cut))
+        full, part = self._costs_batch([problem])[0], self._costs_batch([problem], cut)[0]
         live = np.array(self.allowed(problem), bool)
         kept = live.copy()
         if cut < total and live.sum() > max(k, keep):
