@@ -3,9 +3,9 @@ conv2d_bwd_weight): the shape record (problem.py), the operators (operator.py) a
 families conv_igemm, conv_naive, conv_direct, conv_wgmma, conv_wgmma_split, conv_grouped_mma,
 conv_grouped_mma_bwd_weight, conv_dw_tma, conv_dw_tc_bwd_weight, conv_stem,
 conv_stem_bwd_weight, conv_wgmma_im2col, conv_pointwise, conv_pointwise_cluster,
-conv_wgmma_cluster, conv_wgmma_red, conv_wgmma_blockdiag, conv_wgmma_planes and
-conv_wgmma_blockdiag_weight, registered in that order (the order of a selection model's
-candidates and feature columns)."""
+conv_wgmma_cluster, conv_wgmma_red, conv_wgmma_blockdiag, conv_wgmma_planes,
+conv_wgmma_blockdiag_weight and conv_grouped_taps, registered in that order (the order of a
+selection model's candidates and feature columns)."""
 
 from kernels.conv import operator  # noqa: F401 - registers the operators
 from kernels.conv import igemm  # noqa: F401,I001 - the families register on import, in order
@@ -26,3 +26,4 @@ from kernels.conv import wgmma_red  # noqa: F401
 from kernels.conv import wgmma_blockdiag  # noqa: F401
 from kernels.conv import wgmma_planes  # noqa: F401
 from kernels.conv import wgmma_blockdiag_weight  # noqa: F401
+from kernels.conv import grouped_taps  # noqa: F401

@@ -81,7 +81,8 @@ def synthetic_us(problem: ConvProblem, instance: Instance) -> float:
                                          "vec": 8, "split_k": split})
     elif instance.family == "conv_direct":
         base = _direct_us(problem, c)
-    elif instance.family in ("conv_grouped_mma", "conv_grouped_mma_bwd_weight"):
+    elif instance.family in ("conv_grouped_mma", "conv_grouped_mma_bwd_weight",
+                             "conv_grouped_taps"):
         base = _grouped_mma_us(problem, c)
     elif instance.family in ("conv_dw_tma", "conv_dw_tma_bwd_weight", "conv_dw_tc_bwd_weight"):
         base = _dw_tma_us(problem, c)
