@@ -86,7 +86,7 @@
 #define PAD_W (FR - 1 - p.pad_w)
 #endif
 
-#if (GT_OP == 1 && STRIDE != 1) || TILE_PIX % (16 * WARPS_M) || TILE_W % 8 || WIDTH % 16 || STAGES < 1 || STAGES > 3
+#if (GT_OP == 1 && STRIDE != 1) || TILE_PIX % (16 * WARPS_M) || THREADS % CHUNKS || TILE_W % 8 || WIDTH % 16 || STAGES < 1 || STAGES > 3
 #error "conv_grouped_taps: TILE_H x TILE_W must split into 16-pixel fragments a warp, rows of 8"
 #endif
 
@@ -120,6 +120,24 @@ __device__ __forceinline__ void load_weights(u16* ws, const elem_t* __restrict__
   }
 }
 
+// Forward with Cg a multiple of 8: each 16-byte chunk of a tap matrix's row is 8 input channels
+// of the row's group or zeros, so cp.async copies or zero-fills every chunk, with no barrier,
+// into the first tile's group of copies.
+__device__ __forceinline__ void copy_weights(u16* ws, const elem_t* __restrict__ w,
+                                             const ConvParams& p, int slab) {
+  const int cg = p.Cg, groups_per = WIDTH / cg;
+  constexpr int chunks = WIDTH / 8;  // of a row
+  for (int i = threadIdx.x; i < SG * TAPS * WIDTH * chunks; i += THREADS) {
+    const int q = i % chunks, row = i / chunks;
+    const int tap = row % TAPS, j = (row / TAPS) % WIDTH, sg = row / (TAPS * WIDTH);
+    const int gl = j / cg, a = j - gl * cg, g = (slab * SG + sg) * groups_per + gl;
+    const int c = q * 8 - gl * cg;  // the chunk's first input channel within the group
+    const bool ok = g < p.G && c >= 0 && c < cg;
+    const elem_t* src = ok ? w + ((size_t)(g * cg + a) * TAPS + tap) * cg + c : w;
+    cp_async16(ws + ((sg * TAPS + tap) * WIDTH + j) * B_PITCH + q * 8, src, ok);
+  }
+}
+
 __device__ __forceinline__ void tile_origin(const ConvParams& p, int tile, int& n, int& i0,
                                             int& j0) {
   const int th = (OUT_H + TILE_H - 1) / TILE_H, tw = (OUT_W + TILE_W - 1) / TILE_W;
@@ -129,21 +147,23 @@ __device__ __forceinline__ void tile_origin(const ConvParams& p, int tile, int& 
   j0 = (rest % tw) * TILE_W;
 }
 
-// A tile's haloed input, SLAB channels a pixel, by cp.async (zero outside the image): a fixed
-// count of 16-byte chunks, each thread every THREADS-th.
+// A tile's haloed input, SLAB channels a pixel, by cp.async (zero outside the image): a thread
+// copies one chunk (THREADS is a multiple of CHUNKS) of every THREADS / CHUNKS-th pixel.
 __device__ __forceinline__ void load_tile(u16* buf, const elem_t* __restrict__ x,
                                           const ConvParams& p, int tile, int slab) {
   int n, i0, j0;
   tile_origin(p, tile, n, i0, j0);
   const int h0 = i0 * STRIDE - PAD_H, w0 = j0 * STRIDE - PAD_W, c0 = slab * SLAB;
   const elem_t* image = x + (size_t)n * IN_H * IN_W * IN_C;
-  constexpr int total = ROWS * COLS * CHUNKS;
+  const int ch = threadIdx.x % CHUNKS, c = c0 + ch * 8;
+  const bool c_ok = c < IN_C;
+  image += c;
 #pragma unroll 4
-  for (int i = threadIdx.x; i < total; i += THREADS) {
-    const int ch = i % CHUNKS, pix = i / CHUNKS, row = pix / COLS, col = pix % COLS;
-    const int h = h0 + row, wc = w0 + col, c = c0 + ch * 8;
-    const bool ok = h >= 0 && h < IN_H && wc >= 0 && wc < IN_W && c < IN_C;
-    const elem_t* src = ok ? image + ((size_t)h * IN_W + wc) * IN_C + c : x;
+  for (int pix = threadIdx.x / CHUNKS; pix < ROWS * COLS; pix += THREADS / CHUNKS) {
+    const int row = pix / COLS, col = pix - row * COLS;
+    const int h = h0 + row, wc = w0 + col;
+    const bool ok = c_ok && (unsigned)h < (unsigned)IN_H && (unsigned)wc < (unsigned)IN_W;
+    const elem_t* src = ok ? image + ((size_t)h * IN_W + wc) * IN_C : x;
     const int slot = row * ROW_SLOTS + (col % STRIDE) * PHASE_COLS + col / STRIDE;
     cp_async16(buf + (slot * PITCH + ch) * 8, src, ok);
   }
@@ -196,7 +216,10 @@ __device__ __forceinline__ void run(const elem_t* __restrict__ x, const elem_t* 
   const int tiles = p.N * ((OUT_H + TILE_H - 1) / TILE_H) * ((OUT_W + TILE_W - 1) / TILE_W);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wm = warp % WARPS_M, ns = (warp / WARPS_M) % NSPLIT, sg = warp / (WARPS_M * NSPLIT);
-  // the first STAGES - 1 tiles' copies (one group each, empty past the last tile)
+  // forward's weights in the first group of copies where Cg allows; the first STAGES - 1
+  // tiles' copies (one group each, empty past the last tile)
+  const bool copied = GT_OP == 0 && p.Cg % 8 == 0;
+  if (copied) copy_weights(ws, w, p, slab);
 #pragma unroll
   for (int k = 0; k < STAGES - 1; ++k) {
     const int tile = blockIdx.x + k * gridDim.x;
@@ -206,7 +229,7 @@ __device__ __forceinline__ void run(const elem_t* __restrict__ x, const elem_t* 
       cp_async_commit();
     }
   }
-  load_weights(ws, w, p, slab);  // under the first tiles' copies
+  if (!copied) load_weights(ws, w, p, slab);  // under the first tiles' copies
   int base[MI];
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
