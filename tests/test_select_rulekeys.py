@@ -58,6 +58,27 @@ def test_a_key_that_misses_what_a_rule_reads_is_caught():
     assert (wrong(shapes[1]).mask == wrong(shapes[0]).mask).all()
 
 
+def test_one_slices_answers_as_one_slice_of_each_class():
+    """The im2col key's one_slices (each split's k-tiles worked out once) answers as
+    wgmma_im2col.one_slice does for each class, on every kind of grid."""
+    import random
+
+    from kernels.conv.igemm import block_tiles
+    from kernels.conv.wgmma_im2col import one_slice
+
+    draw = random.Random(7)
+    classes = [(bm, bn, r) for bm in (64, 128, 192) for bn in (64, 128, 256) for r in (132, 264)]
+    answers = set()
+    for _ in range(3000):
+        z, rows, n = draw.choice([1, 2, 9, 64, 4096]), draw.randint(1, 30000), draw.randint(8, 900)
+        k_tiles, most = draw.randint(1, 400), 65535 // z
+        expected = tuple(one_slice(z * block_tiles(rows, n, bm, bn), r, k_tiles, most)
+                         for bm, bn, r in classes)
+        assert conv_keys.one_slices(classes, z, rows, n, k_tiles, most) == expected
+        answers.update(expected)
+    assert answers == {True, False}
+
+
 def test_the_dwsep_counts_stop_where_the_rules_stop_comparing():
     """Chunk counts past CHUNKS_SEEN look alike to every split (none empty, steps past the
     stages), and the M*C limits are where shared memory stops fitting."""

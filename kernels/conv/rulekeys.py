@@ -7,33 +7,58 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from farm.select.rulekeys import RuleKey, at_least, settings_of
+from kernels.conv.igemm import GRID_Z_LIMIT, IGemmConv
+from kernels.conv.wgmma_im2col import BLOCK_K_TILES, MAX_SLICES, SLICE_COST
+from kernels.conv.wgmma_split import MIN_SLICE_K_TILES
 from kernels.family import SM_COUNT, Instance
 
 GRID_LIMIT = 2**31 - 1  # a grid's x blocks (int32)
+
+
+def _last_problem(make: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`make`, remembering its value for the last problem asked (by identity: the problem is
+    held, so its id is not reused): the keys of one shape share what they derive of it."""
+    last: list = [(None, None)]
+
+    def of(p: Any) -> Any:
+        seen = last[0]
+        if seen[0] is p:
+            return seen[1]
+        value = make(p)
+        last[0] = (p, value)
+        return value
+    return of
+
+
+@_last_problem
+def _gemm_facts(p: Any) -> tuple:
+    """What every GEMM family's key reads of a shape: (M, N, the rows of the largest grid-z
+    slice (IGemmConv.gemm_rows), the shared head of the key, conv_wgmma's TMA modes)."""
+    g = p.G
+    m, n, _ = p.gemm
+    rows = IGemmConv.gemm_rows(p)
+    kg = p.K // g
+    z = g * p.stride_h * p.stride_w if p.op == "conv2d_bwd_data" else g
+    return (m, n, rows, (p.C // g % 8, kg % 8, z > GRID_Z_LIMIT),
+            (rows, n) if rows * n > GRID_LIMIT else None,
+            ((p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, g) == (1, 1, 1, 1, 0, 0, 1),
+             kg % 64 == 0))
 
 
 def _gemm_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
     """conv_igemm and conv_wgmma (IGemmConv.applicable): the channels' residues against the
     loads' vectors, grid z, whether the tiles can overflow grid x, how many of the block sizes
     are idle on the GEMM (4x its M or N, above the smallest), and conv_wgmma's TMA modes."""
-    from kernels.conv.igemm import GRID_Z_LIMIT
-
+    assert family.gemm_rows is IGemmConv.gemm_rows  # the rows _gemm_facts reads
     small_m, small_n = family.smallest_tiles(operator)
     bms = [b for b in settings_of(instances, "block_m") if b > small_m]
     bns = [b for b in settings_of(instances, "block_n") if b > small_n]
     tma = "tma" in instances[0].settings if instances else False
-    rows_of = family.gemm_rows
 
     def key(p: Any) -> Hashable:
-        m, n, _ = p.gemm
-        rows = rows_of(p)
-        z = p.G * p.stride_h * p.stride_w if p.op == "conv2d_bwd_data" else p.G
-        out = (p.C // p.G % 8, p.K // p.G % 8, z > GRID_Z_LIMIT, at_least(bms, 4 * m),
-               at_least(bns, 4 * n), (rows, n) if rows * n > GRID_LIMIT else None)
-        if tma:
-            out += ((p.R, p.S, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.G)
-                    == (1, 1, 1, 1, 0, 0, 1), p.K // p.G % 64 == 0)
-        return out
+        m, n, _, head, big, modes = _gemm_facts(p)
+        out = (*head, at_least(bms, 4 * m), at_least(bns, 4 * n), big)
+        return out + modes if tma else out
     return key
 
 
@@ -41,23 +66,21 @@ def _wgmma_split_key(family: Any, instances: Sequence[Instance], operator: str) 
     """conv_wgmma_split: conv_wgmma's key, and per tile and occupancy whether the resident
     blocks over the unsplit grid come to one slice (the rule that leaves the shape to
     conv_wgmma)."""
-    from kernels.conv.igemm import GRID_Z_LIMIT, block_tiles
     from kernels.conv.wgmma import blocks_per_sm
     from kernels.conv.wgmma_split import reduction_k_tiles
 
     base = _gemm_key(family, instances, operator)
     classes = sorted({(i.settings["block_m"], i.settings["block_n"],
                        SM_COUNT * blocks_per_sm(i.settings)) for i in instances})
-    rows_of = family.gemm_rows
 
     def key(p: Any) -> Hashable:
         out = base(p)
         z = family.unsplit_z(p)
         if out[0] or out[1] or out[2] or GRID_Z_LIMIT // z <= 1 or reduction_k_tiles(p) < 4:
             return out + (None,)  # refused by conv_wgmma's rules, or one slice for every tile
-        rows, n = rows_of(p), p.gemm[1]
-        return out + (tuple(resident < 2 * z * block_tiles(rows, n, bm, bn)
-                            for bm, bn, resident in classes),)
+        _, n, rows, _, _, _ = _gemm_facts(p)
+        return out + (tuple([resident < 2 * z * -(-rows // bm) * -(-n // bn)
+                             for bm, bn, resident in classes]),)
     return key
 
 
@@ -67,9 +90,8 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
     ones, and for the split ones per tile and occupancy whether the slices that make the fewest
     waves come to one (the rule that leaves the shape to the unsplit ones). One key for both
     kinds: the copies' rule is read once a shape."""
-    from kernels.conv.igemm import GRID_Z_LIMIT, block_tiles
     from kernels.conv.wgmma import blocks_per_sm
-    from kernels.conv.wgmma_im2col import im2col_refusal, one_slice
+    from kernels.conv.wgmma_im2col import im2col_refusal
     from kernels.conv.wgmma_split import reduction_k_tiles
 
     whole = [i for i in instances if i.settings["split_k"]]
@@ -77,19 +99,41 @@ def _wgmma_im2col_key(family: Any, instances: Sequence[Instance], operator: str)
     classes = sorted({(i.settings["block_m"], i.settings["block_n"],
                        SM_COUNT * blocks_per_sm(i.settings)) for i in split})
     bases = [_gemm_key(family, chosen, operator) for chosen in (whole, split) if chosen]
-    rows_of = family.gemm_rows
 
     def key(p: Any) -> Hashable:
         if im2col_refusal(p) is not None:
             return None
-        out = tuple(base(p) for base in bases)
+        out = tuple([base(p) for base in bases])
         if not classes:
             return out
-        z, k_tiles, rows, n = family.unsplit_z(p), reduction_k_tiles(p), rows_of(p), p.gemm[1]
-        return out + tuple(
-            one_slice(z * block_tiles(rows, n, bm, bn), resident, k_tiles, GRID_Z_LIMIT // z)
-            for bm, bn, resident in classes)
+        z = family.unsplit_z(p)
+        _, n, rows, _, _, _ = _gemm_facts(p)
+        return out + one_slices(classes, z, rows, n, reduction_k_tiles(p), GRID_Z_LIMIT // z)
     return key
+
+
+def one_slices(classes: Sequence[tuple[int, int, int]], z: int, rows: int, n: int,
+               k_tiles: int, most: int) -> tuple[bool, ...]:
+    """wgmma_im2col.one_slice of each (block_m, block_n, resident) class's blocks (z times
+    its tiles of rows x n), its time expression the same, each split's k-tiles worked out
+    once for every class."""
+    top = max(1, min(MAX_SLICES, most, k_tiles // MIN_SLICE_K_TILES))
+    if top == 1:
+        return (True,) * len(classes)
+    dearer = 1 + SLICE_COST * True  # _slice_time's factor of a split
+    spans = [(s, -(-k_tiles // s) + BLOCK_K_TILES) for s in range(2, top + 1)]
+    whole = -(-k_tiles // 1) + BLOCK_K_TILES
+    out = []
+    for bm, bn, resident in classes:
+        blocks = z * (-(-rows // bm) * -(-n // bn))
+        unsplit = -(-blocks // resident) * whole * (1 + SLICE_COST * False)
+        for s, span in spans:
+            if -(-blocks * s // resident) * span * dearer < unsplit:
+                out.append(False)
+                break
+        else:
+            out.append(True)
+    return tuple(out)
 
 
 def _wgmma_red_key(family: Any, instances: Sequence[Instance], operator: str) -> RuleKey:
@@ -112,8 +156,7 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
     """conv_wgmma's key, and rule(shape, slices) for each class of instances whose slices are
     the same on every shape: a split_k asked for (its slices of block_k's k-tiles), or for
     split_k 0 (the resident blocks over the tiles) the tile and the resident blocks."""
-    from kernels.conv.igemm import IGemmConv, block_tiles, split_slices
-    from kernels.conv.wgmma import blocks_per_sm, filling_splits
+    from kernels.conv.wgmma import blocks_per_sm
 
     assert type(family).tiles is IGemmConv.tiles  # the tiles below are its block_tiles
     asked: set[tuple[int, int]] = set()
@@ -124,17 +167,33 @@ def _slices_key(family: Any, instances: Sequence[Instance], operator: str,
             asked.add((c["block_k"], c["split_k"]))
         else:
             filling.add((c["block_k"], SM_COUNT * blocks_per_sm(c), c["block_m"], c["block_n"]))
-    base, rows_of = _gemm_key(family, instances, operator), family.gemm_rows
-    in_order, fills = sorted(asked), sorted(filling)
+    base = _gemm_key(family, instances, operator)
+    # igemm.split_slices and wgmma.filling_splits, inlined: each class's requested slices
+    # (split_k, or the resident blocks over the tiles of every group), by block_k
+    depths = sorted({bk for bk, _ in asked} | {bk for bk, _, _, _ in filling})
+    asked_at = [(depths.index(bk), split) for bk, split in sorted(asked)]
+    tiles = sorted({(bm, bn) for _, _, bm, bn in filling})
+    fills = [(depths.index(bk), resident, tiles.index((bm, bn)))
+             for bk, resident, bm, bn in sorted(filling)]
 
     def key(p: Any) -> Hashable:
-        reduction, groups, rows, n = p.gemm[2], p.G, rows_of(p), p.gemm[1]
-        slices = [split_slices(-(-reduction // bk), split, groups)[0] for bk, split in in_order]
-        slices += [split_slices(-(-reduction // bk), filling_splits(
-            resident, block_tiles(rows, n, bm, bn), groups), groups)[0]
-            for bk, resident, bm, bn in fills]
-        ruled = {s: rule(p, s) for s in set(slices)}
-        return base(p), tuple(ruled[s] for s in slices)
+        _, n, rows, _, _, _ = _gemm_facts(p)
+        groups, reduction = p.G, p.gemm[2]
+        k_tiles = [-(-reduction // bk) for bk in depths]
+        z_most = GRID_Z_LIMIT // groups
+        counts = [-(-rows // bm) * -(-n // bn) * groups for bm, bn in tiles]
+        wanted = asked_at + [(d, max(1, resident // counts[t])) for d, resident, t in fills]
+        answers: dict[tuple[int, int], Hashable] = {}
+        ruled: dict[int, Hashable] = {}
+        for d, split in wanted:
+            if (d, split) not in answers:
+                k = k_tiles[d]
+                per = -(-k // max(1, min(split, k, z_most)))
+                slices = -(-k // per)
+                if slices not in ruled:
+                    ruled[slices] = rule(p, slices)
+                answers[d, split] = ruled[slices]
+        return base(p), tuple([answers[w] for w in wanted])
     return key
 
 
@@ -306,7 +365,6 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_wgmma_red": _wgmma_red_key, "conv_wgmma_blockdiag": _wgmma_blockdiag_key,
     "conv_wgmma_planes": _wgmma_planes_key,
     "conv_wgmma_blockdiag_weight": _wgmma_blockdiag_weight_key,
-    "conv_grouped_taps": _grouped_mma_key,
 }
 
 # families keyed together with another's: one key, computed once a shape, for the instances of
