@@ -4,12 +4,13 @@ A family's rule key is what its `applicable` reads of a shape, reduced to the fe
 decide it: two shapes of the same key are served by the same instances of the family (in a
 catalogue of that family's instances: the key may use their configurations). RuleMasks keeps
 each family's answer per key, computed by the family's own rules on the first shape of that
-key, so the mask of a new shape costs the keys and a lookup, and is exactly the rules' answer
-where every family has a key. The keys live with their operators: the `rulekeys` module of
-a family's package maps family names to key makers (KEYS) and may key a family together with
-another (SHARED). A family without a key is left to the rules: its instances are kept in the
-mask where their compiled case (a necessary condition) allows, and the caller checks them one
-at a time (`RuleMask.exact` is False while one of them is in).
+key, so the mask of a new shape costs the keys and a lookup (one asked again, the lookup of the
+problem), and is exactly the rules' answer where every family has a key. The keys live with
+their operators: the `rulekeys` module of a family's package maps family names to key makers
+(KEYS) and may key a family together with another (SHARED). A family without a key is left
+to the rules: its instances are kept in the mask where their compiled case (a necessary
+condition) allows, and the caller checks them one at a time (`RuleMask.exact` is False while
+one of them is in).
 
 tests/test_select_rulekeys.py checks every operator's families, on random and recorded
 shapes, against their rules: a rule that comes to read more of a shape than its key fails it.
@@ -124,8 +125,20 @@ class RuleMasks:
                                                       if instances[r].family == member])))
         self.keys = [key for key, _, _ in self.keyed]
         self.masks: dict[tuple, RuleMask] = {}
+        self.shapes: dict[Any, RuleMask] = {}  # by problem (every field: a frozen record)
 
     def __call__(self, problem: Any) -> RuleMask:
+        """The problem's mask: kept per problem, so a shape asked again costs no keys."""
+        found = self.shapes.get(problem)
+        if found is None:
+            found = self._keyed(problem)
+            if len(self.shapes) >= CACHE_LIMIT:
+                self.shapes.clear()
+            self.shapes[problem] = found
+        return found
+
+    def _keyed(self, problem: Any) -> RuleMask:
+        """The problem's mask by its keys: kept per key, the rules asked on a new one."""
         key = tuple([k(problem) for k in self.keys])
         if self.cased:
             key += tuple(tuple(f.compiled_case(problem).items()) for f, _ in self.cased)
