@@ -365,6 +365,7 @@ KEYS: dict[str, Callable[[Any, Sequence[Instance], str], RuleKey]] = {
     "conv_wgmma_red": _wgmma_red_key, "conv_wgmma_blockdiag": _wgmma_blockdiag_key,
     "conv_wgmma_planes": _wgmma_planes_key,
     "conv_wgmma_blockdiag_weight": _wgmma_blockdiag_weight_key,
+    "conv_grouped_taps": _grouped_mma_key,
 }
 
 # families keyed together with another's: one key, computed once a shape, for the instances of
