@@ -42,8 +42,8 @@ def test_the_coordinator_queues_the_batch_as_a_job_of_the_candidate_families(fwd
     assert summary.status == "queued" and "active-sampling conv2d_fwd" in summary.name
     spec = fwd.store.job_spec(job)["spec"]
     assert sorted(k["family"] for k in spec["kernels"]) == [
-        "conv_direct", "conv_dw_tma", "conv_grouped_mma", "conv_igemm", "conv_naive",
-        "conv_pointwise", "conv_pointwise_cluster", "conv_stem", "conv_wgmma",
+        "conv_direct", "conv_dw_tma", "conv_grouped_mma", "conv_grouped_taps", "conv_igemm",
+        "conv_naive", "conv_pointwise", "conv_pointwise_cluster", "conv_stem", "conv_wgmma",
         "conv_wgmma_blockdiag", "conv_wgmma_im2col", "conv_wgmma_split"]
     assert spec["problems"][0]["inline"] == batch.fields()
 
