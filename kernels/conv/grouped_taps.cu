@@ -86,7 +86,8 @@
 #define PAD_W (FR - 1 - p.pad_w)
 #endif
 
-#if (GT_OP == 1 && STRIDE != 1) || TILE_PIX % (16 * WARPS_M) || THREADS % CHUNKS || TILE_W % 8 || WIDTH % 16 || STAGES < 1 || STAGES > 3
+#if (GT_OP == 1 && STRIDE != 1) || TILE_PIX % (16 * WARPS_M) || THREADS % CHUNKS || \
+    TILE_W % 8 || WIDTH % 16 || STAGES < 1 || STAGES > 3
 #error "conv_grouped_taps: TILE_H x TILE_W must split into 16-pixel fragments a warp, rows of 8"
 #endif
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from farm.select.rulekeys import RuleKey, at_least, settings_of
-from kernels.conv.igemm import GRID_Z_LIMIT, IGemmConv
+from kernels.conv.igemm import GRID_Z_LIMIT, IGemmConv, block_tiles
 from kernels.conv.wgmma_im2col import BLOCK_K_TILES, MAX_SLICES, SLICE_COST
 from kernels.conv.wgmma_split import MIN_SLICE_K_TILES
 from kernels.family import SM_COUNT, Instance
@@ -79,7 +79,7 @@ def _wgmma_split_key(family: Any, instances: Sequence[Instance], operator: str) 
         if out[0] or out[1] or out[2] or GRID_Z_LIMIT // z <= 1 or reduction_k_tiles(p) < 4:
             return out + (None,)  # refused by conv_wgmma's rules, or one slice for every tile
         _, n, rows, _, _, _ = _gemm_facts(p)
-        return out + (tuple([resident < 2 * z * -(-rows // bm) * -(-n // bn)
+        return out + (tuple([resident < 2 * z * block_tiles(rows, n, bm, bn)
                              for bm, bn, resident in classes]),)
     return key
 
@@ -120,13 +120,12 @@ def one_slices(classes: Sequence[tuple[int, int, int]], z: int, rows: int, n: in
     top = max(1, min(MAX_SLICES, most, k_tiles // MIN_SLICE_K_TILES))
     if top == 1:
         return (True,) * len(classes)
-    dearer = 1 + SLICE_COST * True  # _slice_time's factor of a split
+    dearer = 1 + SLICE_COST  # _slice_time's factor of a split
     spans = [(s, -(-k_tiles // s) + BLOCK_K_TILES) for s in range(2, top + 1)]
-    whole = -(-k_tiles // 1) + BLOCK_K_TILES
     out = []
     for bm, bn, resident in classes:
-        blocks = z * (-(-rows // bm) * -(-n // bn))
-        unsplit = -(-blocks // resident) * whole * (1 + SLICE_COST * False)
+        blocks = z * block_tiles(rows, n, bm, bn)
+        unsplit = -(-blocks // resident) * (k_tiles + BLOCK_K_TILES)
         for s, span in spans:
             if -(-blocks * s // resident) * span * dearer < unsplit:
                 out.append(False)
