@@ -92,8 +92,18 @@
 #endif
 
 // Shared memory: the slab's block-diagonal tap matrices (zero off the groups' blocks), then
-// STAGES staged tiles, then the output tile. Each filter row w[g][k][tap][0..Cg) lands in row k
-// of its super-group's tap matrix (forward), or in column k of the flipped tap's (backward-data).
+// STAGES staged tiles, then the output tile. Each filter row w[g][k][tap][0..Cg) lands as it
+// lies in row k of its super-group's tap matrix: the forward's matrix [output][reduction], read
+// by ldmatrix; backward-data's (the tap flipped) [reduction][output], read by ldmatrix.trans.
+#if GT_OP == 0
+#define MATRIX_TAP(tap) (tap)
+#define B_STEP_N (16 * B_PITCH)  // u16 from one 16-column block of B to the next
+#define B_STEP_K 16              // and from one 16-deep step of the reduction to the next
+#else
+#define MATRIX_TAP(tap) (TAPS - 1 - (tap))
+#define B_STEP_N 16
+#define B_STEP_K (16 * B_PITCH)
+#endif
 __device__ __forceinline__ void load_weights(u16* ws, const elem_t* __restrict__ w,
                                              const ConvParams& p, int slab) {
   const int cg = p.Cg, groups_per = WIDTH / cg;
@@ -106,22 +116,12 @@ __device__ __forceinline__ void load_weights(u16* ws, const elem_t* __restrict__
     const int gl = j / cg, a = j - gl * cg, g = (slab * SG + sg) * groups_per + gl;
     if (g >= p.G) continue;
     const elem_t* src = w + ((size_t)(g * cg + a) * TAPS + tap) * cg;
-#if GT_OP == 0
-    u16* m = ws + (sg * TAPS + tap) * WIDTH * B_PITCH + j * B_PITCH + gl * cg;
-    if (cg % 8 == 0) {
-      for (int c = 0; c < cg; c += 8)
-        *reinterpret_cast<uint4*>(m + c) = __ldg(reinterpret_cast<const uint4*>(src + c));
-    } else {
-      for (int c = 0; c < cg; ++c) m[c] = reinterpret_cast<const u16*>(src)[c];
-    }
-#else
-    u16* m = ws + (sg * TAPS + TAPS - 1 - tap) * WIDTH * B_PITCH + gl * cg * B_PITCH + j;
-    for (int c = 0; c < cg; ++c) m[c * B_PITCH] = reinterpret_cast<const u16*>(src)[c];
-#endif
+    u16* m = ws + (sg * TAPS + MATRIX_TAP(tap)) * WIDTH * B_PITCH + j * B_PITCH + gl * cg;
+    for (int c = 0; c < cg; ++c) m[c] = reinterpret_cast<const u16*>(src)[c];
   }
 }
 
-// Forward with Cg a multiple of 8: each 16-byte chunk of a tap matrix's row is 8 input channels
+// Cg a multiple of 8: each 16-byte chunk of a tap matrix's row is 8 input channels
 // of the row's group or zeros, so cp.async copies or zero-fills every chunk, with no barrier,
 // into the first tile's group of copies.
 __device__ __forceinline__ void copy_weights(u16* ws, const elem_t* __restrict__ w,
@@ -135,7 +135,7 @@ __device__ __forceinline__ void copy_weights(u16* ws, const elem_t* __restrict__
     const int c = q * 8 - gl * cg;  // the chunk's first input channel within the group
     const bool ok = g < p.G && c >= 0 && c < cg;
     const elem_t* src = ok ? w + ((size_t)(g * cg + a) * TAPS + tap) * cg + c : w;
-    cp_async16(ws + ((sg * TAPS + tap) * WIDTH + j) * B_PITCH + q * 8, src, ok);
+    cp_async16(ws + ((sg * TAPS + MATRIX_TAP(tap)) * WIDTH + j) * B_PITCH + q * 8, src, ok);
   }
 }
 
@@ -192,7 +192,13 @@ __device__ __forceinline__ void compute_tile(float (&acc)[MI][NJ][4], const u16*
       for (int ks = 0; ks < WIDTH / 16; ++ks) {
         u32 b[NJ / 2][4];
 #pragma unroll
-        for (int nb = 0; nb < NJ / 2; ++nb) ldmatrix_x4(b[nb], wt + nb * 16 * B_PITCH + ks * 16);
+        for (int nb = 0; nb < NJ / 2; ++nb) {
+#if GT_OP == 0
+          ldmatrix_x4(b[nb], wt + nb * B_STEP_N + ks * B_STEP_K);
+#else
+          ldmatrix_x4_trans(b[nb], wt + nb * B_STEP_N + ks * B_STEP_K);
+#endif
+        }
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
           u32 a[4];
@@ -217,9 +223,9 @@ __device__ __forceinline__ void run(const elem_t* __restrict__ x, const elem_t* 
   const int tiles = p.N * ((OUT_H + TILE_H - 1) / TILE_H) * ((OUT_W + TILE_W - 1) / TILE_W);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wm = warp % WARPS_M, ns = (warp / WARPS_M) % NSPLIT, sg = warp / (WARPS_M * NSPLIT);
-  // forward's weights in the first group of copies where Cg allows; the first STAGES - 1
-  // tiles' copies (one group each, empty past the last tile)
-  const bool copied = GT_OP == 0 && p.Cg % 8 == 0;
+  // the weights in the first group of copies where Cg allows; the first STAGES - 1 tiles'
+  // copies (one group each, empty past the last tile)
+  const bool copied = p.Cg % 8 == 0;
   if (copied) copy_weights(ws, w, p, slab);
 #pragma unroll
   for (int k = 0; k < STAGES - 1; ++k) {
@@ -238,8 +244,14 @@ __device__ __forceinline__ void run(const elem_t* __restrict__ x, const elem_t* 
     base[mi] = (pix / TILE_W) * STRIDE * ROW_SLOTS + pix % TILE_W;
   }
   const int a_chunk = sg * (WIDTH / 8) + (lane >> 4);
-  const int b_row = ns * WN + (lane >> 4) * 8 + (lane & 7), b_col = ((lane >> 3) & 1) * 8;
-  const u16* wt0 = ws + (sg * TAPS * WIDTH + b_row) * B_PITCH + b_col;
+  // a lane's row of B's four 8x8 matrices: outputs (n) 0-7, 0-7, 8-15, 8-15 by reduction (k)
+  // 0-7, 8-15, 0-7, 8-15; rows are outputs in the forward's matrices, reductions in the other's
+  const int b_n = ns * WN + (lane >> 4) * 8, b_k = ((lane >> 3) & 1) * 8;
+#if GT_OP == 0
+  const u16* wt0 = ws + (sg * TAPS * WIDTH + b_n + (lane & 7)) * B_PITCH + b_k;
+#else
+  const u16* wt0 = ws + (sg * TAPS * WIDTH + b_k + (lane & 7)) * B_PITCH + b_n;
+#endif
   int stage = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     if (STAGES > 1) {
